@@ -1,0 +1,378 @@
+"""Child side of the sandbox: a supervisor that starts the command under limits.
+
+Standard library only, and never imported by the parent: the parent runs this
+file with ``python -I -S _launch.py SPEC`` in a new session, so no Python code
+runs in the parent between fork and exec (design rule 1).  Two processes come
+out of it:
+
+* the **supervisor** (this process) makes itself a child subreaper
+  (prctl(2) ``PR_SET_CHILD_SUBREAPER``), so every descendant that leaves the
+  process group (``setsid``, a double fork) is re-parented to it and can still
+  be found.  It obeys the parent's control pipe (``interrupt``, ``kill``),
+  reaps, kills whatever is left when the command ends, and reports the exit
+  status and rusage (getrusage(2), wait4(2)) as one JSON line on the status pipe.
+  When the control pipe closes (the parent died) it kills everything and exits.
+* the **command**, forked from it: its own process group, rlimits
+  (setrlimit(2)), nice, I/O class, optional user switch, then ``execvp``.
+
+Protocol, JSON lines on the status pipe: ``{"event": "note", "text": ...}``,
+``{"event": "exec_error", "text": ...}`` and finally ``{"event": "exit", ...}``.
+"""
+
+import ctypes
+import errno
+import fcntl
+import json
+import math
+import os
+import platform
+import resource
+import select
+import signal
+import sys
+
+PR_SET_CHILD_SUBREAPER = 36
+IOPRIO_WHO_PROCESS = 1
+IOPRIO_CLASS_SHIFT = 13
+IOPRIO_CLASSES = {"best-effort": 2, "idle": 3}
+# ioprio_set(2) has no wrapper in glibc; the syscall number depends on the machine.
+SYS_IOPRIO_SET = {"x86_64": 251, "aarch64": 30, "i686": 289, "armv7l": 314, "ppc64le": 273, "s390x": 282}
+# Signals whose ignored state would survive exec and change how the command behaves.
+# File descriptors the launcher keeps for itself are moved at or above this
+# number, out of the way of the numbers the command is given (3, 4, ...).
+HIGH_FD = 100
+RESET_SIGNALS = ("SIGPIPE", "SIGXFSZ", "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGCHLD", "SIGXCPU")
+
+_libc = None
+
+
+def libc():
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+def emit(fd, record):
+    """Write one JSON line to the status pipe (small: one atomic write)."""
+    try:
+        os.write(fd, (json.dumps(record) + "\n").encode())
+    except OSError:
+        pass
+
+
+def note(fd, text):
+    emit(fd, {"event": "note", "text": text})
+
+
+# --------------------------------------------------------------------------- command side
+
+
+def count_user_tasks(uid):
+    """Tasks (processes and threads) owned by ``uid``: RLIMIT_NPROC counts these."""
+    total = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.stat("/proc/" + name).st_uid != uid:
+                continue
+            with open("/proc/%s/stat" % name, "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            total += int(fields[17])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+def apply_limits(spec, status_fd):
+    limits = spec["limits"]
+    cpu = int(math.ceil(limits["cpu_time"]))
+    # The soft limit sends SIGXCPU; the hard limit one second later is SIGKILL,
+    # for programs that catch or ignore SIGXCPU (setrlimit(2)).
+    wanted = [
+        (resource.RLIMIT_CORE, 0, 0),
+        (resource.RLIMIT_CPU, cpu, cpu + 1),
+        (resource.RLIMIT_FSIZE, limits["file_size"], limits["file_size"]),
+        (resource.RLIMIT_NOFILE, limits["open_files"], limits["open_files"]),
+    ]
+    if limits.get("memory"):
+        wanted.append((resource.RLIMIT_AS, limits["memory"], limits["memory"]))
+    for which, soft, hard in wanted:
+        old_soft, old_hard = resource.getrlimit(which)
+        if old_hard != resource.RLIM_INFINITY and hard > old_hard:
+            # Never raise a limit the parent was already given.
+            hard = old_hard
+            soft = min(soft, hard)
+        resource.setrlimit(which, (soft, hard))
+    if spec.get("nproc_extra") is not None:
+        uid = os.getuid() if spec.get("uid") is None else spec["uid"]
+        if uid == 0:
+            note(status_fd, "processes: not enforced by RLIMIT_NPROC for root (no writable pids cgroup)")
+        else:
+            n = count_user_tasks(uid) + spec["nproc_extra"]
+            resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+
+
+def apply_priority(spec, status_fd):
+    nice = spec["limits"]["nice"]
+    try:
+        current = os.getpriority(os.PRIO_PROCESS, 0)
+        if nice > current:
+            os.setpriority(os.PRIO_PROCESS, 0, nice)
+    except OSError as exc:
+        note(status_fd, "nice: could not be set (%s)" % exc.strerror)
+    io_class = spec["limits"]["io_class"]
+    if io_class == "none":
+        return
+    number = SYS_IOPRIO_SET.get(platform.machine())
+    if number is None:
+        note(status_fd, "io_class: ioprio_set is unknown on %s" % platform.machine())
+        return
+    value = IOPRIO_CLASSES[io_class] << IOPRIO_CLASS_SHIFT
+    if libc().syscall(number, IOPRIO_WHO_PROCESS, 0, value) != 0:
+        note(status_fd, "io_class: could not be set (%s)" % os.strerror(ctypes.get_errno()))
+
+
+def place_fds(moves):
+    """dup2 each (source, target) pair, safely when sources and targets overlap."""
+    parked = [(fcntl.fcntl(source, fcntl.F_DUPFD_CLOEXEC, HIGH_FD), target) for source, target in moves]
+    targets = {target for _source, target in moves}
+    for source, _target in moves:
+        if source not in targets:
+            os.close(source)
+    for high, target in parked:
+        os.dup2(high, target, inheritable=True)
+        os.close(high)
+
+
+def switch_user(spec):
+    uid, gid = spec.get("uid"), spec.get("gid")
+    if uid is None:
+        return
+    os.setgroups(spec.get("groups") or [gid])
+    os.setgid(gid)
+    os.setuid(uid)
+
+
+def check_reachable(spec):
+    """Fail with a sentence, not errno, when the command cannot be reached."""
+    who = "user %r" % spec["user"] if spec.get("user") else "the sandbox"
+    cwd = spec["cwd"]
+    try:
+        os.chdir(cwd)
+    except OSError as exc:
+        return "%s cannot enter the working directory %s (%s)" % (who, cwd, exc.strerror)
+    program = spec["argv"][0]
+    if os.sep in program and not os.access(program, os.X_OK):
+        reason = "does not exist" if not os.path.exists(program) else "is not open to them"
+        return "%s cannot run %s: it %s" % (who, program, reason)
+    return None
+
+
+def start_command(spec, status_fd):
+    """In the forked child: limits, priority, user, then exec.  Never returns."""
+    try:
+        signal.set_wakeup_fd(-1)
+        # Keep the status pipe out of the command's way; close-on-exec drops it.
+        inherited, status_fd = status_fd, fcntl.fcntl(status_fd, fcntl.F_DUPFD_CLOEXEC, HIGH_FD)
+        os.close(inherited)
+        os.setpgid(0, 0)
+        for name in RESET_SIGNALS:
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        if spec.get("cgroup"):
+            with open(os.path.join(spec["cgroup"], "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+        place_fds(spec.get("fds", []))
+        apply_priority(spec, status_fd)
+        switch_user(spec)
+        apply_limits(spec, status_fd)
+        problem = check_reachable(spec)
+        if problem:
+            emit(status_fd, {"event": "exec_error", "text": problem})
+            os._exit(126)
+        argv = spec["argv"]
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        emit(status_fd, {"event": "exec_error", "text": "cannot run %s: %s" % (spec["argv"][0], reason)})
+        os._exit(127 if exc.errno == errno.ENOENT else 126)
+    except BaseException as exc:  # pragma: no cover - last resort, never return into the supervisor
+        emit(status_fd, {"event": "exec_error", "text": "cannot start the command: %r" % (exc,)})
+        os._exit(126)
+
+
+# --------------------------------------------------------------------------- supervisor side
+
+
+def descendants(root, extra_pids=()):
+    """Live descendants of ``root`` (zombies excluded), found through /proc ppid links."""
+    children = {}
+    state = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as f:
+                after = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        pid = int(name)
+        state[pid] = after[0]
+        children.setdefault(int(after[1]), []).append(pid)
+    found = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    found.extend(p for p in extra_pids if p in state and p not in found and p != root)
+    return [p for p in found if state.get(p) != b"Z"]
+
+
+def cgroup_pids(path):
+    if not path:
+        return []
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            return [int(line) for line in f if line.strip()]
+    except OSError:
+        return []
+
+
+class Supervisor:
+    def __init__(self, spec, status_fd, control_fd, child):
+        self.spec = spec
+        self.status_fd = status_fd
+        self.control_fd = control_fd
+        self.child = child
+        self.child_status = None
+        self.child_rusage = None
+        self.killed = 0
+        self.kill_requested = False
+        self.interrupted = False
+
+    def reap(self):
+        """Reap every exited child; remember the command's status and rusage."""
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return False  # no children at all: nothing of the run is left
+            if pid == 0:
+                return True
+            if pid == self.child:
+                self.child_status, self.child_rusage = status, usage
+
+    def kill_all(self):
+        """SIGKILL the command's group and every descendant until none is left."""
+        me = os.getpid()
+        for _ in range(1000):
+            if self.child_status is None:
+                try:
+                    os.killpg(self.child, signal.SIGKILL)
+                except OSError:
+                    pass
+            pids = descendants(me, cgroup_pids(self.spec.get("cgroup")))
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    if pid != self.child:
+                        self.killed += 1
+                except OSError:
+                    pass
+            self.reap()
+        while self.reap():
+            select.select([], [], [], 0.005)
+
+    def on_control(self):
+        try:
+            data = os.read(self.control_fd, 512)
+        except OSError:
+            data = b""
+        if not data:  # the parent is gone: leave nothing behind
+            self.kill_requested = True
+            self.kill_all()
+            return
+        for word in data.split():
+            if word == b"interrupt":
+                self.interrupted = True
+                try:
+                    os.killpg(self.child, signal.SIGINT)
+                except OSError:
+                    pass
+            elif word == b"kill":
+                self.kill_requested = True
+                self.kill_all()
+
+    def run(self, wakeup_fd):
+        while self.child_status is None:
+            ready, _, _ = select.select([self.control_fd, wakeup_fd], [], [])
+            if wakeup_fd in ready:
+                try:
+                    os.read(wakeup_fd, 4096)
+                except OSError:
+                    pass
+            if self.control_fd in ready:
+                self.on_control()
+            self.reap()
+        if self.reap():
+            # The command is done; anything it left running (a daemon, a pool) goes now.
+            self.kill_all()
+        self.report()
+
+    def report(self):
+        status = self.child_status
+        record = {"event": "exit", "killed": self.killed, "kill_requested": self.kill_requested}
+        if os.WIFSIGNALED(status):
+            record["signal"] = os.WTERMSIG(status)
+        else:
+            record["exit_code"] = os.WEXITSTATUS(status)
+        mine = self.child_rusage
+        total = resource.getrusage(resource.RUSAGE_CHILDREN)
+        record["command_cpu"] = mine.ru_utime + mine.ru_stime
+        record["cpu"] = total.ru_utime + total.ru_stime
+        record["peak_kib"] = max(total.ru_maxrss, mine.ru_maxrss)
+        emit(self.status_fd, record)
+
+
+def main():
+    spec = json.loads(sys.argv[1])
+    status_fd, control_fd = spec["status_fd"], spec["control_fd"]
+    try:
+        if libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            note(status_fd, "subreaper: prctl failed; a setsid daemon may escape the kill")
+    except (OSError, AttributeError):
+        note(status_fd, "subreaper: not available; a setsid daemon may escape the kill")
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    # The parent decides when the run ends; a stray SIGINT/SIGTERM to the group
+    # must not take the supervisor away before it has cleaned up.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    child = os.fork()
+    if child == 0:
+        os.close(wake_r)
+        os.close(wake_w)
+        os.close(control_fd)
+        start_command(spec, status_fd)
+    # The supervisor keeps none of the command's streams, so the parent sees
+    # end-of-file as soon as the command's processes are gone.
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    for _source, target in spec.get("fds", []):
+        try:
+            os.close(_source)
+        except OSError:
+            pass
+    Supervisor(spec, status_fd, control_fd, child).run(wake_r)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""The ``cellbox`` command line: ``run`` here; other subcommands register from their modules.
+
+Only :func:`main` chooses exit codes; every command is testable as
+``main(["run", ...])``.  Bad input ends in one line on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from typing import Sequence
+
+from . import __version__
+from .limits import LimitError
+from .options import add_limit_options, limits_from_args
+from .outcome import STATUS_EXIT_CODES, Outcome
+from .sandbox import SandboxError, run
+
+__all__ = ["main", "UsageError"]
+
+# Subcommands that live beside their feature; each module has
+# ``add_parser(subparsers) -> None`` and sets ``func`` on its parser.
+FEATURE_COMMANDS: tuple[str, ...] = ()
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit status 2."""
+
+
+def _add_run(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="run a Python file or a command in the sandbox",
+        description="Run FILE.py (with this Python) or -- CMD ARGS... in a fresh child process under limits; "
+        "print its output and a one-line status. Exit status: 0 for ok, 10-16 for the other statuses.",
+    )
+    add_limit_options(parser)
+    parser.add_argument("--json", action="store_true", help="print the Outcome as one JSON object instead")
+    parser.add_argument("--user", help="run the child as this user (needs root)")
+    parser.add_argument("--cwd", help="working directory of the child (default: the current directory)")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="add a variable to the child's environment")
+    parser.add_argument("target", nargs=argparse.REMAINDER, help="FILE.py [ARGS...] or -- CMD [ARGS...]")
+    parser.set_defaults(func=_cmd_run)
+
+
+def _command_for(target: list[str]) -> list[str]:
+    if target and target[0] == "--":
+        target = target[1:]
+    if not target:
+        raise UsageError("nothing to run: give FILE.py or -- CMD ARGS...")
+    if target[0].endswith(".py"):
+        if not os.path.isfile(target[0]):
+            raise UsageError(f"{target[0]}: no such file")
+        return [sys.executable, os.path.abspath(target[0]), *target[1:]]
+    return target
+
+
+def _parse_env(items: list[str]) -> dict[str, str]:
+    env = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--env {item!r}: write NAME=VALUE")
+        env[name] = value
+    return env
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    limits = limits_from_args(args)
+    command = _command_for(args.target)
+    live = not args.json
+    outcome: Outcome = run(
+        command,
+        limits=limits,
+        cwd=args.cwd or os.getcwd(),
+        env=_parse_env(args.env),
+        user=args.user,
+        on_stdout=(lambda text: (sys.stdout.write(text), sys.stdout.flush())) if live else None,
+        on_stderr=(lambda text: (sys.stderr.write(text), sys.stderr.flush())) if live else None,
+    )
+    if args.json:
+        print(json.dumps(outcome.to_json()))
+    else:
+        if outcome.stdout and not outcome.stdout.endswith("\n"):
+            print()
+        print(f"cellbox: {outcome.summary()}", file=sys.stderr)
+        for note in outcome.notes:
+            print(f"cellbox: note: {note}", file=sys.stderr)
+        if outcome.as_root:
+            print(
+                "cellbox: warning: the child ran as root; rlimits do not contain root "
+                "(use --user NAME to run it as an unprivileged user)",
+                file=sys.stderr,
+            )
+    return STATUS_EXIT_CODES[outcome.status]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full ``cellbox`` parser, with every subcommand."""
+    parser = argparse.ArgumentParser(prog="cellbox", description="Run untrusted Python for teaching.")
+    parser.add_argument("--version", action="version", version=f"cellbox {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_run(subparsers)
+    for module in FEATURE_COMMANDS:
+        importlib.import_module(module).add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``cellbox``; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args))
+    except (UsageError, LimitError, SandboxError) as exc:
+        print(f"cellbox {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"cellbox {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""The child's environment, built from an allowlist (design rule 2), and task directories.
+
+Nothing is copied from the parent's environment unless it is named here or by
+the caller: a secret in the kernel's environment (its connection file, a token,
+``JPY_*``) never reaches a child, whatever it is called.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Mapping
+
+__all__ = ["TaskDirectory", "build_environment", "PASSED_THROUGH", "FIXED"]
+
+# Names copied from the parent only when set there: locale and terminal, which
+# change how text is printed, never what a program may reach.
+PASSED_THROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ")
+
+# Names every child gets.  The thread counts keep BLAS pools from reserving
+# address space per core, which a tight RLIMIT_AS turns into a failed import.
+FIXED = {
+    "PYTHONUNBUFFERED": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "MPLBACKEND": "Agg",
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
+
+
+@dataclasses.dataclass
+class TaskDirectory:
+    """A throwaway directory per run or kernel session, with ``home/``, ``work/`` and ``tmp/``.
+
+    Make one with :meth:`create`; use it as a context manager, or call
+    :meth:`remove`.  Removal first makes every directory writable again, so a
+    child cannot keep its files by taking its own permissions away.
+    """
+
+    path: Path
+    home: Path
+    work: Path
+    tmp: Path
+
+    @classmethod
+    def create(cls, base: str | os.PathLike[str] | None = None, prefix: str = "cellbox-") -> "TaskDirectory":
+        """Make a new, empty task directory (mode 0o700) under ``base`` and return it.
+
+        Args:
+            base: parent directory (default: the system temp dir).
+            prefix: name prefix, so a left-over directory is recognisable.
+        """
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+        parts = {name: path / name for name in ("home", "work", "tmp")}
+        for part in parts.values():
+            part.mkdir(mode=0o700)
+        return cls(path=path, **parts)
+
+    def open_to(self, uid: int, gid: int) -> None:
+        """Give the task directory to another user, for children that run as that user."""
+        for entry in (self.path, self.home, self.work, self.tmp):
+            os.chown(entry, uid, gid)
+
+    def remove(self) -> None:
+        """Delete the task directory and everything in it (idempotent)."""
+        if not self.path.exists():
+            return
+        for root, dirs, _files in os.walk(self.path):
+            for name in dirs:
+                try:
+                    os.chmod(os.path.join(root, name), 0o700)
+                except OSError:
+                    pass
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    def __enter__(self) -> "TaskDirectory":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+def build_environment(
+    task: TaskDirectory,
+    *,
+    extra: Mapping[str, str] | None = None,
+    interpreter: str | None = None,
+    parent: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Build a child's environment from nothing but the allowlist.
+
+    Args:
+        task: the run's task directory; ``HOME`` and ``TMPDIR`` point inside it.
+        extra: names the caller adds on purpose (they win over the defaults).
+        interpreter: the Python whose ``bin`` directory leads ``PATH``
+            (default: ``sys.executable``).
+        parent: the environment to take :data:`PASSED_THROUGH` names from
+            (default: ``os.environ``).
+
+    Returns:
+        A new dict; the parent's environment is not changed.
+    """
+    parent = os.environ if parent is None else parent
+    bindir = os.path.dirname(os.path.abspath(interpreter or sys.executable))
+    env = {name: parent[name] for name in PASSED_THROUGH if name in parent}
+    env.update(FIXED)
+    env.update(
+        PATH=os.pathsep.join(dict.fromkeys([bindir, "/usr/local/bin", "/usr/bin", "/bin"])),
+        HOME=str(task.home),
+        TMPDIR=str(task.tmp),
+    )
+    if extra:
+        env.update({str(k): str(v) for k, v in extra.items()})
+    return env

@@ -1,0 +1,55 @@
+"""Command-line options for limits, shared by ``cellbox run``, ``grade`` and ``install``.
+
+Each option maps to one :class:`~cellbox.limits.Limits` field; values are
+parsed by the same functions as a ``%%limits`` line, so a bad value gives the
+same one-line error wherever it is typed.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .limits import Limits
+
+__all__ = ["add_limit_options", "limits_from_args"]
+
+# (flag, field, metavar, help)
+LIMIT_OPTIONS = (
+    ("--wall", "wall_time", "SECONDS", "wall-clock limit, e.g. 10 or 2.5s"),
+    ("--cpu", "cpu_time", "SECONDS", "CPU-time limit per process (RLIMIT_CPU)"),
+    ("--memory", "memory", "SIZE", "address-space limit per process (RLIMIT_AS), e.g. 256M, 1.5G, or none"),
+    ("--output", "output", "SIZE", "bytes of stdout+stderr kept before the run is stopped, e.g. 100K"),
+    ("--file-size", "file_size", "SIZE", "largest file a process may write (RLIMIT_FSIZE)"),
+    ("--open-files", "open_files", "N", "open file descriptors per process (RLIMIT_NOFILE)"),
+    ("--processes", "processes", "N", "processes and threads the run may have at once"),
+    ("--nice", "nice", "N", "CPU niceness 0-19 (default 19, the lowest priority)"),
+    ("--io-class", "io_class", "CLASS", "I/O scheduling class: idle, best-effort or none"),
+)
+
+
+def add_limit_options(parser: argparse.ArgumentParser, defaults: Limits | None = None) -> None:
+    """Add ``--wall``, ``--cpu``, ``--memory`` ... to ``parser``; help shows the defaults."""
+    defaults = defaults or Limits()
+    group = parser.add_argument_group("limits")
+    for flag, field, metavar, text in LIMIT_OPTIONS:
+        group.add_argument(
+            flag,
+            dest=f"limit_{field}",
+            metavar=metavar,
+            default=None,
+            help=f"{text} (default: {getattr(defaults, field)})",
+        )
+
+
+def limits_from_args(args: argparse.Namespace, base: Limits | None = None) -> Limits:
+    """Build :class:`Limits` from parsed options over ``base``.
+
+    Raises:
+        LimitError: a value could not be parsed; the message names the flag.
+    """
+    base = base or Limits()
+    for flag, field, _metavar, _help in LIMIT_OPTIONS:
+        value = getattr(args, f"limit_{field}", None)
+        if value is not None:
+            base = base.updated({field: value}, source=flag)
+    return base

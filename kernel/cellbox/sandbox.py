@@ -1,0 +1,644 @@
+"""The sandbox core: run one command in a fresh child process under limits.
+
+This is the parent side.  It starts ``_launch.py`` (stdlib only) in a new
+session with a scrubbed environment; that launcher applies the limits in the
+child before exec and supervises the command's process tree.  The parent keeps
+the wall clock, reads stdout and stderr as a capped stream, obeys interrupts,
+and turns what happened into an :class:`~cellbox.outcome.Outcome`.
+
+Safe to call from many threads at once: no Python code runs in the parent
+between fork and exec (no ``preexec_fn``), and each :class:`Run` owns its pipes.
+
+Typical use::
+
+    outcome = run([sys.executable, "-c", "print(1)"], limits=Limits(wall_time=5))
+    assert outcome.status is Status.OK
+
+The kernel and the grader start children only through :func:`start` /
+:func:`run`; the fork-server start of a later release sits behind the same API.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import os
+import pwd
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from .environment import TaskDirectory, build_environment
+from .limits import Limits
+from .outcome import Outcome, Status
+
+__all__ = ["run", "start", "Run", "SandboxError", "classify", "resolve_user", "pids_cgroup_root"]
+
+LAUNCHER = str(Path(__file__).with_name("_launch.py"))
+# Seconds the launcher gets to kill the tree and report before the parent
+# kills the launcher itself and stops reading.
+KILL_GRACE = 2.0
+# Seconds an interrupted run gets to stop on SIGINT before it is killed.
+INTERRUPT_GRACE = 1.0
+READ_SIZE = 65536
+# Bytes of one message line on the channel, and of all of them in one run:
+# rich output (a PNG plot) travels there, so it is larger than ``output``.
+CHANNEL_LINE_MAX = 32 * 1024**2
+CHANNEL_TOTAL_MAX = 128 * 1024**2
+CHANNEL_FDS = (3, 4)
+_MEMORY_ERROR_RE = re.compile(r"^(?:[\w.]+\.)?MemoryError\b")
+_MEMORY_SIGNALS = {signal.SIGKILL, signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS}
+
+
+class SandboxError(RuntimeError):
+    """The sandbox could not start the run (an unknown user, a missing directory).
+
+    The message is one sentence that says what was wrong and what to do.
+    """
+
+
+def resolve_user(user: str | int) -> tuple[int, int, list[int], str]:
+    """Look up a user to run children as: ``(uid, gid, groups, name)``.
+
+    Raises:
+        SandboxError: the user does not exist, or this process cannot switch to it.
+    """
+    try:
+        entry = pwd.getpwuid(user) if isinstance(user, int) else pwd.getpwnam(user)
+    except KeyError:
+        raise SandboxError(f"no user {user!r} on this machine; give an existing user name or uid") from None
+    if os.geteuid() != 0 and entry.pw_uid != os.geteuid():
+        raise SandboxError(f"running children as {entry.pw_name!r} needs root; leave out the user option")
+    groups = os.getgrouplist(entry.pw_name, entry.pw_gid)
+    return entry.pw_uid, entry.pw_gid, groups, entry.pw_name
+
+
+def pids_cgroup_root() -> Path | None:
+    """A pids cgroup directory this process may create run cgroups in, or ``None``.
+
+    cgroup v1's ``pids`` hierarchy, or the v2 root when its ``pids`` controller is
+    on for children (see the kernel's cgroup-v1/pids.rst and cgroup-v2.rst).
+    Usually only root can write there; elsewhere RLIMIT_NPROC stands in.
+    """
+    candidates = [Path("/sys/fs/cgroup/pids")]
+    v2 = Path("/sys/fs/cgroup")
+    try:
+        if "pids" in (v2 / "cgroup.subtree_control").read_text().split():
+            candidates.append(v2)
+    except OSError:
+        pass
+    for path in candidates:
+        if (path / "cgroup.procs").exists() and os.access(path, os.W_OK):
+            return path
+    return None
+
+
+class _PidsCgroup:
+    """One run's pids cgroup: caps processes and threads, and lists all of them."""
+
+    def __init__(self, root: Path, limit: int) -> None:
+        self.path = root / f"cellbox-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self.path.mkdir()
+        try:
+            (self.path / "pids.max").write_text(str(limit))
+        except OSError:
+            self.path.rmdir()
+            raise
+
+    def remove(self) -> None:
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                for line in (self.path / "cgroup.procs").read_text().split():
+                    try:
+                        os.kill(int(line), signal.SIGKILL)
+                    except OSError:
+                        pass
+                time.sleep(0.02)
+
+
+class _Stream:
+    """One output stream: incremental UTF-8 decoding with replacement, and a callback."""
+
+    def __init__(self, callback: Callable[[str], None] | None) -> None:
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.parts: list[str] = []
+        self.callback = callback
+
+    def feed(self, data: bytes, final: bool = False) -> None:
+        text = self.decoder.decode(data, final)
+        if text:
+            self.parts.append(text)
+            if self.callback is not None:
+                self.callback(text)
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+class Run:
+    """A started run.  Create with :func:`start`; finish with :meth:`wait`.
+
+    :meth:`interrupt`, :meth:`kill` and :meth:`send` may be called from other
+    threads while one thread is in :meth:`wait`.
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        limits: Limits,
+        cwd: str | os.PathLike[str] | None,
+        env: Mapping[str, str] | None,
+        stdin: bytes | str | None,
+        task: TaskDirectory | None,
+        on_stdout: Callable[[str], None] | None,
+        on_stderr: Callable[[str], None] | None,
+        on_message: Callable[[Any], None] | None,
+        channel: bool,
+        user: str | int | None,
+    ) -> None:
+        if not argv:
+            raise SandboxError("nothing to run: the command is empty")
+        self.limits = limits
+        self._own_task = task is None
+        self.task = task or TaskDirectory.create()
+        self._lock = threading.Lock()
+        self._parent_action: Status | None = None
+        self._kill_at: float | None = None
+        self._memory_error = False
+        self._notes: list[str] = []
+        self._isolation = ["rlimits", "environment-allowlist", "process-group", "subreaper"]
+        self._on_message = on_message
+        self._closing: list[int] = []
+        try:
+            self._start(argv, cwd, env, stdin, on_stdout, on_stderr, channel, user)
+        except BaseException:
+            self._cleanup()
+            raise
+
+    # ------------------------------------------------------------------ start
+
+    def _start(self, argv, cwd, env, stdin, on_stdout, on_stderr, channel, user) -> None:  # type: ignore[no-untyped-def]
+        workdir = os.path.abspath(cwd if cwd is not None else self.task.work)
+        if not os.path.isdir(workdir):
+            raise SandboxError(f"working directory {workdir} does not exist; create it or pass another")
+        child_env = build_environment(self.task, extra=env)
+        spec: dict[str, Any] = {"argv": list(map(str, argv)), "limits": self.limits.as_dict(), "cwd": workdir}
+        if user is not None:
+            uid, gid, groups, name = resolve_user(user)
+            spec.update(uid=uid, gid=gid, groups=groups, user=name)
+            self.task.open_to(uid, gid)
+            self._isolation.append(f"user:{name}")
+        self.as_root = (spec.get("uid", os.geteuid())) == 0
+        self._setup_processes_limit(spec)
+
+        control_r, self._control_w = os.pipe()
+        self._status_r, status_w = os.pipe()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        pass_fds = [control_r, status_w]
+        child_side = [control_r, status_w]
+        self._channel_r = self._reply_w = None
+        if channel:
+            self._channel_r, msg_w = os.pipe()
+            reply_r, self._reply_w = os.pipe()
+            spec["fds"] = [[msg_w, CHANNEL_FDS[0]], [reply_r, CHANNEL_FDS[1]]]
+            child_env["CELLBOX_CHANNEL"] = ",".join(map(str, CHANNEL_FDS))
+            pass_fds += [msg_w, reply_r]
+            child_side += [msg_w, reply_r]
+        spec.update(status_fd=status_w, control_fd=control_r)
+        stdin_bytes = stdin.encode() if isinstance(stdin, str) else stdin
+        try:
+            self.started = time.monotonic()
+            self.deadline = self.started + self.limits.wall_time
+            # start_new_session is done by subprocess's C code (setsid), not by
+            # Python code after fork, so this is safe in a threaded parent.
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-B", LAUNCHER, json.dumps(spec)],
+                stdin=subprocess.PIPE if stdin_bytes is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=pass_fds,
+                start_new_session=True,
+                env=child_env,
+                cwd="/",
+            )
+        finally:
+            for fd in child_side:
+                os.close(fd)
+        self._stdin_pending = stdin_bytes or b""
+        self._streams = {"stdout": _Stream(on_stdout), "stderr": _Stream(on_stderr)}
+
+    def _setup_processes_limit(self, spec: dict[str, Any]) -> None:
+        self._cgroup: _PidsCgroup | None = None
+        root = pids_cgroup_root()
+        if root is not None:
+            try:
+                self._cgroup = _PidsCgroup(root, self.limits.processes)
+                spec["cgroup"] = str(self._cgroup.path)
+                self._isolation.append("pids-cgroup")
+                return
+            except OSError as exc:
+                self._notes.append(f"processes: pids cgroup unavailable ({exc.strerror}); using RLIMIT_NPROC")
+        spec["nproc_extra"] = self.limits.processes
+
+    # ------------------------------------------------------------------ control
+
+    def _control(self, word: str) -> None:
+        try:
+            os.write(self._control_w, word.encode() + b"\n")
+        except OSError:
+            pass  # the launcher is gone already
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    def interrupt(self, grace: float = INTERRUPT_GRACE) -> None:
+        """Send SIGINT to the command's process group; kill the tree after ``grace`` seconds.
+
+        The run's status becomes ``interrupted`` (the parent's action comes first).
+        """
+        with self._lock:
+            if self._parent_action is None:
+                self._parent_action = Status.INTERRUPTED
+            self._kill_at = time.monotonic() + grace
+        self._control("interrupt")
+
+    def kill(self, reason: Status = Status.INTERRUPTED) -> None:
+        """Kill the command and every process it started, now."""
+        with self._lock:
+            if self._parent_action is None:
+                self._parent_action = reason
+            if self._kill_at is None:
+                self._kill_at = time.monotonic() + KILL_GRACE
+        self._control("kill")
+
+    def send(self, message: Any) -> None:
+        """Write one JSON message to the child's channel (fd 4), for example an input reply.
+
+        Raises:
+            SandboxError: the run was not started with ``channel=True``.
+        """
+        if self._reply_w is None:
+            raise SandboxError("this run has no message channel; start it with channel=True")
+        try:
+            os.write(self._reply_w, (json.dumps(message) + "\n").encode())
+        except OSError:
+            pass  # the child is gone; nothing is waiting for the answer
+
+    def note_memory_error(self) -> None:
+        """Record that the child reported an uncaught MemoryError over its channel."""
+        self._memory_error = True
+
+    # ------------------------------------------------------------------ reading
+
+    def wait(self) -> Outcome:
+        """Read the run to its end and return its :class:`Outcome`.  Call once."""
+        try:
+            record, exec_error = self._pump()
+            _pid, wait_status, _usage = os.wait4(self.proc.pid, 0)
+            return self._outcome(record, exec_error, wait_status)
+        finally:
+            self._cleanup()
+
+    def _pump(self) -> tuple[dict[str, Any] | None, str | None]:
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout.fileno(), selectors.EVENT_READ, "stdout")
+        sel.register(self.proc.stderr.fileno(), selectors.EVENT_READ, "stderr")
+        sel.register(self._status_r, selectors.EVENT_READ, "status")
+        sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        if self._channel_r is not None:
+            sel.register(self._channel_r, selectors.EVENT_READ, "channel")
+        if self.proc.stdin is not None:
+            sel.register(self.proc.stdin.fileno(), selectors.EVENT_WRITE, "stdin")
+            os.set_blocking(self.proc.stdin.fileno(), False)
+        status_buf, channel_buf = bytearray(), bytearray()
+        self._kept = 0
+        self._channel_total = 0
+        record: dict[str, Any] | None = None
+        exec_error: str | None = None
+        open_count = len(sel.get_map()) - 1  # every source but the wake pipe
+        give_up_at: float | None = None
+        while open_count > 0:
+            now = time.monotonic()
+            with self._lock:
+                kill_at = self._kill_at
+            if self._parent_action is None and now >= self.deadline:
+                self.kill(Status.TIMED_OUT)
+                continue
+            if kill_at is not None and now >= kill_at:
+                if give_up_at is None:
+                    self._control("kill")
+                    give_up_at = now + KILL_GRACE
+                elif now >= give_up_at:
+                    self._force_kill()
+                    break
+            timeout = min(t for t in (self.deadline, kill_at, give_up_at) if t is not None) - now
+            for key, _ in sel.select(max(0.0, min(timeout, 1.0))):
+                name = key.data
+                if name == "wake":
+                    os.read(self._wake_r, 4096)
+                    continue
+                if name == "stdin":
+                    if not self._write_stdin(key.fd):
+                        sel.unregister(key.fd)
+                        self._close_stdin()
+                        open_count -= 1
+                    continue
+                data = self._read(key.fd)
+                if name in ("stdout", "stderr"):
+                    self._on_output(name, data)
+                elif name == "status":
+                    status_buf += data
+                    while b"\n" in status_buf:
+                        line, _, status_buf[:] = status_buf.partition(b"\n")
+                        record, exec_error = self._on_status(line, record, exec_error)
+                elif name == "channel":
+                    self._on_channel(data, channel_buf)
+                if not data:
+                    sel.unregister(key.fd)
+                    open_count -= 1
+            if record is not None and give_up_at is None:
+                # The launcher has reported and killed what was left; output
+                # still held by something outside its tree is not waited for.
+                give_up_at = time.monotonic() + KILL_GRACE
+        sel.close()
+        for stream in self._streams.values():
+            stream.feed(b"", final=True)
+        return record, exec_error
+
+    @staticmethod
+    def _read(fd: int) -> bytes:
+        try:
+            return os.read(fd, READ_SIZE)
+        except OSError:
+            return b""
+
+    def _write_stdin(self, fd: int) -> bool:
+        if not self._stdin_pending:
+            return False
+        try:
+            written = os.write(fd, self._stdin_pending[:READ_SIZE])
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        self._stdin_pending = self._stdin_pending[written:]
+        return bool(self._stdin_pending)
+
+    def _close_stdin(self) -> None:
+        if self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+
+    def _on_output(self, name: str, data: bytes) -> None:
+        if not data:
+            return
+        room = self.limits.output - self._kept
+        if room <= 0:
+            return  # past the limit: drained and dropped while the tree is killed
+        if len(data) > room:
+            data = data[:room]
+            self.truncated = True
+            self.kill(Status.OUTPUT_LIMIT)
+        self._kept += len(data)
+        self._streams[name].feed(data)
+
+    def _on_status(self, line: bytes, record: dict[str, Any] | None, exec_error: str | None):  # type: ignore[no-untyped-def]
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return record, exec_error
+        event = message.get("event")
+        if event == "note":
+            self._notes.append(str(message.get("text")))
+            if str(message.get("text")).startswith("subreaper"):
+                self._isolation.remove("subreaper")
+        elif event == "exec_error":
+            exec_error = str(message.get("text"))
+        elif event == "exit":
+            record = message
+        return record, exec_error
+
+    def _on_channel(self, data: bytes, buf: bytearray) -> None:
+        self._channel_total += len(data)
+        if self._channel_total > CHANNEL_TOTAL_MAX:
+            self.truncated = True
+            self.kill(Status.OUTPUT_LIMIT)
+            return
+        buf += data
+        while b"\n" in buf:
+            line, _, rest = buf.partition(b"\n")
+            buf[:] = rest
+            if self._on_message is None or not line.strip():
+                continue
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue  # not ours to guess at; the child's runner speaks JSON lines only
+            self._on_message(message)
+        if len(buf) > CHANNEL_LINE_MAX:
+            buf.clear()
+            self.truncated = True
+            self.kill(Status.OUTPUT_LIMIT)
+
+    def _force_kill(self) -> None:
+        """The launcher did not finish in time: kill its group (the tree's own kill already ran)."""
+        self._notes.append("the launcher did not report in time and was killed")
+        for target in (lambda: os.killpg(self.proc.pid, signal.SIGKILL), lambda: os.kill(self.proc.pid, signal.SIGKILL)):
+            try:
+                target()
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------------ result
+
+    truncated = False
+
+    def _outcome(self, record: dict[str, Any] | None, exec_error: str | None, wait_status: int) -> Outcome:
+        wall = time.monotonic() - self.started
+        stderr = self._streams["stderr"].text()
+        if exec_error:
+            stderr += f"cellbox: {exec_error}\n"
+        if record is None:
+            # The launcher itself was killed: report what its own wait status says.
+            record = {"cpu": 0.0, "command_cpu": 0.0, "peak_kib": 0, "killed": 0}
+            if os.WIFSIGNALED(wait_status):
+                record["signal"] = os.WTERMSIG(wait_status)
+            else:
+                record["exit_code"] = os.WEXITSTATUS(wait_status)
+        signum = record.get("signal")
+        peak = int(record.get("peak_kib", 0)) * 1024
+        status = classify(
+            parent_action=self._parent_action,
+            exit_code=record.get("exit_code"),
+            signum=signum,
+            command_cpu=float(record.get("command_cpu", 0.0)),
+            peak_memory=peak,
+            limits=self.limits,
+            memory_error=self._memory_error or _ends_in_memory_error(stderr),
+        )
+        return Outcome(
+            status=status,
+            exit_code=record.get("exit_code"),
+            signal=signal.Signals(signum).name if signum else None,
+            wall_time=round(wall, 4),
+            cpu_time=round(float(record.get("cpu", 0.0)), 4),
+            peak_memory=peak,
+            stdout=self._streams["stdout"].text(),
+            stderr=stderr,
+            truncated=self.truncated,
+            isolation=tuple(self._isolation),
+            notes=tuple(dict.fromkeys(self._notes)),
+            killed_processes=int(record.get("killed", 0)),
+            as_root=self.as_root,
+            limits=self.limits.as_dict(),
+        )
+
+    def _cleanup(self) -> None:
+        for name in ("_control_w", "_status_r", "_wake_r", "_wake_w", "_channel_r", "_reply_w"):
+            fd = getattr(self, name, None)
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+                setattr(self, name, None)
+        proc = getattr(self, "proc", None)
+        if proc is not None:
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+            self._close_stdin()
+            if proc.returncode is None:
+                try:
+                    proc.kill()
+                except OSError:
+                    pass
+                try:
+                    os.waitpid(proc.pid, 0)
+                except ChildProcessError:
+                    pass
+            proc.returncode = proc.returncode if proc.returncode is not None else -9
+        cgroup = getattr(self, "_cgroup", None)
+        if cgroup is not None:
+            cgroup.remove()
+            self._cgroup = None
+        if self._own_task:
+            self.task.remove()
+
+
+def _ends_in_memory_error(stderr: str) -> bool:
+    lines = [line for line in stderr[-4096:].splitlines() if line.strip()]
+    return bool(lines) and bool(_MEMORY_ERROR_RE.match(lines[-1]))
+
+
+def classify(
+    *,
+    parent_action: Status | None,
+    exit_code: int | None,
+    signum: int | None,
+    command_cpu: float,
+    peak_memory: int,
+    limits: Limits,
+    memory_error: bool,
+) -> Status:
+    """Decide the one status of a run, in the design's order of precedence.
+
+    What the parent did comes first (``interrupted``, ``timed_out``,
+    ``output_limit``); then what the OS did at a limit (``cpu_limit``: SIGXCPU,
+    or SIGKILL with the command's CPU time at the limit; ``memory_limit``: an
+    uncaught MemoryError, or a fatal signal with peak memory near the cap);
+    then ``crashed`` (any other signal); then ``error`` (non-zero exit); else ``ok``.
+    """
+    if parent_action is not None:
+        return parent_action
+    if signum == signal.SIGXCPU or (signum == signal.SIGKILL and command_cpu >= limits.cpu_time - 0.05):
+        return Status.CPU_LIMIT
+    if memory_error and (exit_code not in (0, None) or signum is not None):
+        return Status.MEMORY_LIMIT
+    if signum in _MEMORY_SIGNALS and limits.memory and peak_memory >= 0.9 * limits.memory:
+        return Status.MEMORY_LIMIT
+    if signum is not None:
+        return Status.CRASHED
+    if exit_code:
+        return Status.ERROR
+    return Status.OK
+
+
+def start(
+    argv: Sequence[str],
+    *,
+    limits: Limits | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin: bytes | str | None = None,
+    task: TaskDirectory | None = None,
+    on_stdout: Callable[[str], None] | None = None,
+    on_stderr: Callable[[str], None] | None = None,
+    on_message: Callable[[Any], None] | None = None,
+    channel: bool = False,
+    user: str | int | None = None,
+) -> Run:
+    """Start ``argv`` in a fresh, limited child process and return its :class:`Run`.
+
+    Args:
+        argv: the command; ``argv[0]`` is looked up on the child's ``PATH``.
+        limits: the run's :class:`Limits` (default: ``Limits()``).
+        cwd: the working directory (default: the task directory's ``work/``).
+        env: names added on purpose to the allowlisted environment.
+        stdin: bytes fed to the child's stdin; ``None`` gives it ``/dev/null``, so
+            ``input()`` fails at once with EOFError instead of hanging.
+        task: a :class:`TaskDirectory` to use (kept afterwards); by default a new
+            one is made and removed when the run ends.
+        on_stdout, on_stderr: called in the waiting thread with each decoded chunk.
+        on_message: called with each JSON message the child writes on fd 3.
+        channel: give the child a message channel: fd 3 to write JSON lines to
+            the parent, fd 4 to read the parent's replies (``CELLBOX_CHANNEL=3,4``).
+        user: run the command as this user (name or uid); needs root.
+
+    Raises:
+        SandboxError: the run could not be started (empty command, missing
+            working directory, unknown user).
+    """
+    return Run(
+        argv,
+        limits=limits or Limits(),
+        cwd=cwd,
+        env=env,
+        stdin=stdin,
+        task=task,
+        on_stdout=on_stdout,
+        on_stderr=on_stderr,
+        on_message=on_message,
+        channel=channel,
+        user=user,
+    )
+
+
+def run(argv: Sequence[str], **options: Any) -> Outcome:
+    """Run ``argv`` to its end under limits and return its :class:`Outcome`.
+
+    Takes the same keyword arguments as :func:`start`.  After it returns, no
+    process the run started is alive.
+
+    Raises:
+        SandboxError: the run could not be started.
+    """
+    return start(argv, **options).wait()
