@@ -1,0 +1,46 @@
+"""Hidden tests for lesson 4 (allowlist_env), run by ``cellbox grade`` against 04-scrub-the-environment.ipynb."""
+
+import importlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+NOTEBOOK, MODULE = "04-scrub-the-environment.ipynb", "nb_04_scrub_the_environment"
+
+
+@pytest.fixture(scope="module")
+def nb():
+    for name in (MODULE, "submission"):
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as error:
+            if error.name != name:
+                raise
+    pytest.fail(f"no notebook for this lesson: submit {NOTEBOOK}")
+
+
+def test_allowlist_env_drops_every_other_name(nb, monkeypatch, tmp_path):
+    monkeypatch.setenv("ZZ_UNUSUAL_PRIVATE_NAME", "secret")
+    env = nb.allowlist_env(str(tmp_path))
+    assert set(env) <= {"PATH", "HOME", "TMPDIR", "LANG"}
+    assert "ZZ_UNUSUAL_PRIVATE_NAME" not in env
+
+
+def test_allowlist_env_home_and_path(nb, tmp_path):
+    env = nb.allowlist_env(str(tmp_path))
+    assert env["HOME"] == env["TMPDIR"] == str(tmp_path)
+    assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)
+
+
+def test_allowlist_env_adds_extra_names(nb, tmp_path):
+    env = nb.allowlist_env(str(tmp_path), {"A": "1", "B": "2"})
+    assert env["A"] == "1" and env["B"] == "2"
+
+
+def test_allowlist_env_child_sees_no_secret(nb, monkeypatch, tmp_path):
+    monkeypatch.setenv("ZZ_UNUSUAL_PRIVATE_NAME", "secret")
+    code = "import os; print(os.environ.get('ZZ_UNUSUAL_PRIVATE_NAME'), os.path.expanduser('~'))"
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=nb.allowlist_env(str(tmp_path)))
+    assert child.stdout.split() == ["None", str(tmp_path)]

@@ -1,0 +1,164 @@
+lesson(2, "in-process-sandboxes-fail", "In-process sandboxes fail")
+
+md("""
+# Lesson 2: in-process sandboxes fail
+
+**Goal:** see for yourself why "just take away the dangerous builtins" cannot make `eval` safe, and where the
+boundary has to go instead.
+
+**The plan.** We build the two classic home-made sandboxes: `eval` with no builtins, and a filter that rejects
+source code mentioning dangerous words. Then we break both with a few characters of ordinary Python. Finally you
+write such an escape yourself, and we look at where real isolation lives.
+""")
+
+md("""
+## 1. Attempt one: take the builtins away
+
+`eval(text, globals)` looks names up in `globals`, and builtins such as `open` and `__import__` in
+`globals["__builtins__"]`. Give it an empty dictionary there, and `open` seems to be gone.
+""")
+
+code("""
+def locked_eval(expression):
+    \"\"\"Evaluate an expression with no builtins at all (this is NOT safe, as we will see).\"\"\"
+    return eval(expression, {"__builtins__": {}})
+
+for attempt in ["1 + 2", "open('/etc/hostname').read()", "__import__('os').getpid()"]:
+    try:
+        print(f"{attempt!r:35} -> {locked_eval(attempt)!r}")
+    except Exception as error:
+        print(f"{attempt!r:35} -> refused: {type(error).__name__}: {error}")
+""")
+
+md("""
+It looks locked. But every Python object knows its class, every class knows its base classes, and `object` knows
+**every class that inherits from it**. A tuple literal needs no builtins at all:
+
+* `()` is a tuple; `().__class__` is `tuple`; `tuple.__base__` is `object`;
+* `object.__subclasses__()` lists every class loaded in the interpreter, including classes defined inside `os`;
+* a Python function knows the module it was defined in through `function.__globals__`.
+""")
+
+code("""
+classes = ().__class__.__base__.__subclasses__()
+print(len(classes), "classes reachable from an empty tuple, for example:")
+print([c.__name__ for c in classes][:12])
+
+wrap_close = [c for c in classes if c.__name__ == "_wrap_close"][0]   # a small class defined in the os module
+print(wrap_close, "->", wrap_close.__init__.__globals__["__name__"], "module globals")
+""")
+
+md("""
+So, with no builtins at all, this expression reaches the `os` module, which can run programs, delete files and
+read secrets. We only ask for the process id, but `system` is one key away.
+""")
+
+code("""
+escape = "[c for c in ().__class__.__base__.__subclasses__() if c.__name__ == '_wrap_close'][0].__init__.__globals__['getpid']()"
+print("locked_eval returned", locked_eval(escape))
+import os
+print("our process id is  ", os.getpid())
+""")
+
+md("""
+## 2. Attempt two: filter the source text
+
+Perhaps we could refuse code that *mentions* dangerous names? A denylist of words is easy to write, and just as
+easy to walk around, because Python can build any name from pieces at run time.
+""")
+
+code("""
+FORBIDDEN = ("import", "open", "os", "eval", "exec", "subclasses", "globals")
+
+def filtered_exec(source):
+    \"\"\"Run `source` unless it contains a forbidden word (this is NOT safe either).\"\"\"
+    for word in FORBIDDEN:
+        if word in source:
+            return f"refused: mentions {word!r}"
+    scope = {}
+    exec(source, scope)
+    return scope.get("result")
+
+print(filtered_exec("import os; result = os.getpid()"))
+sneaky = "m = __builtins__['__imp' + 'ort__']('o' + 's'); result = getattr(m, 'getp' + 'id')()"
+print(filtered_exec(sneaky))
+""")
+
+md("""
+The filter refused the honest version and ran the sneaky one, which got our process id again.
+
+## 3. This is not just us
+
+People have tried hard to make this work, and the authors themselves concluded it cannot be done:
+
+* **pysandbox** restricted a CPython interpreter from the inside. After years of escapes its author declared the
+  project *broken by design* and withdrew it.
+* **RestrictedPython** (used by Zope) compiles a restricted subset of Python; its own documentation says it is
+  **not a sandbox** and must not be relied on to contain hostile code.
+
+The lesson: the boundary must sit **below the interpreter**, where Python's introspection cannot reach it. The
+operating system enforces it whatever the code does.
+
+```mermaid
+flowchart TB
+    A["inside the interpreter: eval tricks, import filters<br/><b>not a boundary</b>"] --> B
+    B["process: separate memory, resource limits, a scrubbed environment<br/>(lessons 1, 3-9)"] --> C
+    C["namespaces and Landlock: own network, PIDs, mounts, file access<br/>(lesson 12)"] --> D
+    D["containers: shared kernel"] --> E["virtual machines: own kernel,<br/>boundary at the hypervisor"]
+```
+""")
+
+md("""
+## 4. Exercise: your own escape
+
+Write `reach_os()` returning an **expression** (a string) that, evaluated by `locked_eval`, returns the current
+process id, as `os.getpid()` does. Do not copy `escape` above: use a different route, for example
+`catch_warnings`, a class of the `warnings` module whose instances keep that module in `._module`, and every
+module keeps the builtins in `__builtins__`.
+""")
+
+exercise("reach_os", """
+def reach_os():
+    \"\"\"Return an expression (str) that evaluates to os.getpid() even with no builtins.\"\"\"
+    ### BEGIN SOLUTION
+    return ("[c for c in ().__class__.__base__.__subclasses__() if c.__name__ == 'catch_warnings'][0]()"
+            "._module.__builtins__['__import__']('os').getpid()")
+    ### END SOLUTION
+""")
+
+check("reach_os", """
+import os
+
+def test():
+    expression = reach_os()
+    expect(isinstance(expression, str), f"reach_os should return the expression as a string, not {type(expression).__name__}")
+    expect(expression != escape, "that is the escape from above: find another route, for example through catch_warnings")
+    try:
+        value = eval(expression, {"__builtins__": {}})
+    except NameError as error:
+        raise Feedback(f"the expression used a builtin that is not there ({error}): start from () instead") from None
+    expect(value == os.getpid(), f"the expression evaluated to {value!r}, not the process id {os.getpid()}")
+    return "no builtins, and still the os module: an in-process sandbox is no boundary"
+check("reach_os", test)
+""")
+
+md("""
+## Common mistakes
+
+* **Believing a denylist is finished.** Every filter above missed something; an attacker only needs one gap.
+* **Using `__builtins__` as if it were always a module.** In the main program it is the `builtins` module, in
+  other modules and in `exec` scopes it is a dictionary: `__builtins__['__import__']`.
+* **Forgetting that `eval` of a *literal* is a different thing.** For data, use `ast.literal_eval` or `json.loads`,
+  which never run code.
+
+## Try this next
+
+* Print `[c.__name__ for c in ().__class__.__base__.__subclasses__()]` and look for other classes whose
+  methods have a `__globals__` that leads to `sys` or `os`.
+* Try `locked_eval("(lambda: 0).__globals__")`: what do you get, and why?
+
+## The real thing
+
+cellbox never runs student code in its own interpreter: `cellbox.sandbox` starts a separate, limited process
+for every cell and every graded submission, and the parent only ever reads JSON and text back (design rule 6).
+""")

@@ -1,0 +1,176 @@
+lesson(4, "scrub-the-environment", "Scrub the environment")
+
+md("""
+# Lesson 4: scrub the environment
+
+**Goal:** give a child only the environment variables it needs, so that no secret of ours leaks into it.
+
+**The plan.** We put a fake secret token in our own environment and watch a child read it, because children
+inherit their parent's environment by default. We try the tempting fix, a denylist of "secret-looking" names, and
+watch it miss one. Then we build the environment from an **allowlist**, starting from nothing, with `HOME` pointing
+at a throwaway directory.
+""")
+
+md("""
+## 1. The leak
+
+Every process has an environment: a dictionary of strings (`os.environ`). A child started without `env=` gets a
+**copy of all of it**. Tokens and passwords very often live there (cloud credentials, CI secrets, the key of a
+Jupyter kernel's connection).
+""")
+
+code("""
+import os, subprocess, sys
+
+def plant_secrets():
+    \"\"\"Put two fake secrets in our own environment, as a CI job or a cloud shell would.\"\"\"
+    os.environ["GITHUB_TOKEN"] = "ghp_pretend_this_is_real"
+    os.environ["SERVICE_CREDENTIALS"] = "hunter2"
+
+plant_secrets()
+
+spy = "import os; print({k: v for k, v in os.environ.items() if 'TOKEN' in k or 'CRED' in k})"
+leaked = subprocess.run([sys.executable, "-c", spy], capture_output=True, text=True)
+print("the child sees:", leaked.stdout)
+""")
+
+md("""
+## 2. The tempting fix: a denylist
+
+Copy the environment, but drop names that *look* secret. It catches the token... and misses the credential,
+because nobody thought of that name. There is always a name you did not think of.
+""")
+
+code("""
+def denylist_env():
+    return {k: v for k, v in os.environ.items() if not any(w in k for w in ("TOKEN", "SECRET", "PASSWORD", "KEY"))}
+
+plant_secrets()   # again: under the cellbox kernel every cell is a new process with a fresh environment
+leaked = subprocess.run([sys.executable, "-c", spy], capture_output=True, text=True, env=denylist_env())
+print("with a denylist the child sees:", leaked.stdout)
+""")
+
+md("""
+## 3. The fix: an allowlist
+
+Start from an **empty** dictionary and add only names you chose on purpose:
+
+* `PATH`, so the child can find programs: the directory of our interpreter first, then the system directories;
+* `HOME` and `TMPDIR`, pointing into a **throwaway directory**, so caches and configuration files the child writes
+  (`~/.cache`, `~/.config`, matplotlib's cache...) land there and are deleted afterwards, not in your real home;
+* `LANG`, when set, so text is printed in the right encoding;
+* whatever the task really needs, added explicitly by the caller.
+
+```mermaid
+flowchart LR
+    P["parent environment<br/>PATH, HOME, GITHUB_TOKEN, ..."] -. "nothing copied by default" .-> C
+    A["allowlist: PATH, LANG"] --> C["child environment"]
+    T["task directory: HOME, TMPDIR"] --> C
+```
+""")
+
+code("""
+import tempfile
+
+task = tempfile.mkdtemp(prefix="lesson04-")
+clean = {
+    "PATH": os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin", "/bin"]),
+    "HOME": task,
+    "TMPDIR": task,
+}
+if "LANG" in os.environ:
+    clean["LANG"] = os.environ["LANG"]
+
+seen = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.environ))"], capture_output=True, text=True, env=clean)
+print("the child's whole environment:", seen.stdout)
+where = subprocess.run([sys.executable, "-c", "import os; print(os.path.expanduser('~'))"], capture_output=True, text=True, env=clean)
+print("the child's home:", where.stdout.strip())
+""")
+
+md("""
+(Python itself may add a name or two at start-up, such as `LC_CTYPE`; that is not a leak, it was never ours.)
+Remove the throwaway directory when the run is over:
+""")
+
+code("""
+import shutil
+shutil.rmtree(task)
+print("removed", task, "->", os.path.exists(task))
+""")
+
+md("""
+## 4. Exercise: `allowlist_env`
+
+Write `allowlist_env(home, extra=None)` returning a **new** dictionary with exactly: `PATH` (our interpreter's
+directory first, then `/usr/bin` and `/bin`), `HOME` and `TMPDIR` set to `home`, `LANG` copied from `os.environ`
+only when it is set there, and then every name in `extra` (a dict, possibly `None`).
+""")
+
+exercise("allowlist_env", """
+import os, sys
+
+def allowlist_env(home, extra=None):
+    \"\"\"Return a child's environment built from nothing but an allowlist (a new dict of str to str).\"\"\"
+    ### BEGIN SOLUTION
+    env = {
+        "PATH": os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin", "/bin"]),
+        "HOME": str(home),
+        "TMPDIR": str(home),
+    }
+    if "LANG" in os.environ:
+        env["LANG"] = os.environ["LANG"]
+    env.update(extra or {})
+    return env
+    ### END SOLUTION
+""")
+
+check("allowlist_env", """
+import os, subprocess, sys, tempfile
+
+def test():
+    os.environ["SERVICE_CREDENTIALS"] = "hunter2"
+    home = tempfile.mkdtemp(prefix="lesson04-check-")
+    env = allowlist_env(home)
+    expect(isinstance(env, dict), f"allowlist_env should return a dict, not {type(env).__name__}")
+    expect(env is not os.environ, "return a new dict, not os.environ itself")
+    expect("SERVICE_CREDENTIALS" not in env, "SERVICE_CREDENTIALS leaked: start from an empty dict, not a copy of os.environ")
+    unexpected = sorted(set(env) - {"PATH", "HOME", "TMPDIR", "LANG"})
+    expect(not unexpected, f"these names are not on the allowlist: {unexpected}")
+    expect(env.get("HOME") == home and env.get("TMPDIR") == home, "HOME and TMPDIR should both be the home you were given")
+    expect(env.get("PATH", "").split(os.pathsep)[0] == os.path.dirname(sys.executable),
+           "PATH should start with the directory of sys.executable, so the child finds our Python first")
+    expect(allowlist_env(home, {"COURSE": "py101"}).get("COURSE") == "py101", "names given in extra should be added")
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('SERVICE_CREDENTIALS'))"],
+                           capture_output=True, text=True, env=env)
+    expect(child.stdout.strip() == "None", "a child started with this environment still saw the secret")
+    os.rmdir(home)
+    return "the child gets only what you chose, and a throwaway home"
+check("allowlist_env", test)
+""")
+
+code("""
+# Tidy up the fake secrets of this lesson.
+for name in ("GITHUB_TOKEN", "SERVICE_CREDENTIALS"):
+    os.environ.pop(name, None)
+""")
+
+md("""
+## Common mistakes
+
+* **`env = os.environ.copy()` then deleting names.** That is a denylist again.
+* **Forgetting `PATH`.** With no `PATH`, a command such as `"python3"` or `"git"` cannot be found at all.
+* **Leaving `HOME` pointing at the real home.** A child's `pip install --user`, caches and dotfiles then land in
+  your account and survive the run.
+* **Passing non-strings** (`{"LIMIT": 5}`): environment values must be `str`.
+
+## Try this next
+
+* Run `env -i /usr/bin/env` in a child: what does a truly empty environment look like?
+* Start a child with `env={}` and `[sys.executable, "-c", "print(1)"]`: does Python still start? Why?
+
+## The real thing
+
+`cellbox.environment.build_environment` builds every child's environment from an allowlist, with `HOME` and
+`TMPDIR` inside a `TaskDirectory` that is removed after the run; under the cellbox kernel, nothing of the kernel
+(its connection file, its key, `JPY_*` variables) reaches a cell.
+""")

@@ -1,0 +1,225 @@
+lesson(5, "resource-limits", "Resource limits")
+
+md("""
+# Lesson 5: resource limits
+
+**Goal:** cap how much memory, CPU time and disk a child may use, with limits the operating system enforces.
+
+**The plan.** We watch a child eat memory while nothing stops it. Then we meet `resource.setrlimit`, which asks
+the kernel to cap one resource of one process, and set three limits *in the child*, just before it starts:
+`RLIMIT_AS` (memory), `RLIMIT_CPU` (CPU seconds) and `RLIMIT_FSIZE` (file size). We see what each looks like when it
+triggers, how limits pass on to grandchildren, and one trap: libraries that reserve memory up front.
+""")
+
+md("""
+## 1. The failure: nothing stops a hungry child
+
+This child allocates 50 MB at a time, six times, and prints how much it holds. (We stop at 300 MB on purpose. A
+real memory bomb keeps going until the machine swaps and everything on it, your notebook included, freezes.)
+""")
+
+code("""
+import subprocess, sys
+
+hungry = '''
+chunks = []
+for i in range(6):
+    chunks.append(bytearray(50 * 1024 * 1024))
+    print(f"holding {50 * (i + 1)} MB", flush=True)
+'''
+result = subprocess.run([sys.executable, "-c", hungry], capture_output=True, text=True)
+print(result.stdout, "returncode:", result.returncode)
+""")
+
+md("""
+## 2. `setrlimit`: limits the kernel enforces
+
+`resource.setrlimit(resource.RLIMIT_AS, (soft, hard))` limits the **address space** of the calling process, in
+bytes. Past the soft limit, the kernel refuses to give more memory: `malloc` fails and Python raises
+`MemoryError`, long before the machine has to swap.
+
+The limit has to be set **in the child**, not in our notebook. The simplest way is `preexec_fn`: a function
+`subprocess` calls in the child after it has been created and before it starts the new program. (Lesson 8 shows
+why `preexec_fn` is dangerous in a program with threads, and replaces it; for now it keeps things short.)
+""")
+
+code("""
+import resource
+
+MB = 1024 * 1024
+
+def cap_memory():
+    resource.setrlimit(resource.RLIMIT_AS, (200 * MB, 200 * MB))
+
+result = subprocess.run([sys.executable, "-c", hungry], capture_output=True, text=True, preexec_fn=cap_memory)
+print(result.stdout, "returncode:", result.returncode)
+print("last line of stderr:", result.stderr.strip().splitlines()[-1])
+""")
+
+md("""
+The child got a `MemoryError` at about 150 MB (the interpreter itself uses some of the 200 MB of address space),
+and our notebook did not notice a thing.
+
+## 3. CPU seconds: `RLIMIT_CPU`
+
+`RLIMIT_CPU` counts **CPU seconds** the process has used. At the soft limit the kernel sends `SIGXCPU`, which
+ends the process unless it handles the signal; at the hard limit it sends `SIGKILL`, which cannot be handled.
+So we set the hard limit one second above the soft one: a child that ignores `SIGXCPU` still dies a second later.
+A process killed by a signal has a **negative return code** in Python: `-signal number`.
+""")
+
+code("""
+import signal
+
+def cap_cpu():
+    resource.setrlimit(resource.RLIMIT_CPU, (1, 2))
+
+result = subprocess.run([sys.executable, "-c", "while True: pass"], capture_output=True, text=True, preexec_fn=cap_cpu, timeout=10)
+print("returncode:", result.returncode, "=", signal.Signals(-result.returncode).name)
+""")
+
+md("""
+## 4. File size: `RLIMIT_FSIZE`
+
+`RLIMIT_FSIZE` is the largest file a process may write. Python ignores the `SIGXFSZ` signal the kernel sends at
+the limit, so the write fails with `OSError: [Errno 27] File too large` instead.
+""")
+
+code("""
+import tempfile, os
+
+def cap_file_size():
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 * MB, 1 * MB))
+
+target = os.path.join(tempfile.mkdtemp(prefix="lesson05-"), "big.bin")
+writer = f"open({target!r}, 'wb').write(bytes(2 * 1024 * 1024))"
+result = subprocess.run([sys.executable, "-c", writer], capture_output=True, text=True, preexec_fn=cap_file_size)
+print("last line of stderr:", result.stderr.strip().splitlines()[-1])
+print("the file stopped at", os.path.getsize(target), "bytes")
+os.remove(target)
+""")
+
+md("""
+## 5. Limits are per process, and inherited
+
+Each limit belongs to **one process** (RLIMIT_AS is not the total of a family). A child *inherits* its parent's
+limits when it is created (`fork`) and keeps them when it starts another program (`exec`). So a limit set in the
+child also holds for everything the child starts: the shell below is a grandchild, and `ulimit -v` (in KiB) shows it
+inherited our 200 MB.
+
+Lowering a limit needs no privilege: any process may tighten its own box. Raising a hard limit needs privilege
+(`CAP_SYS_RESOURCE`, which root has: a reason never to run students' code as root).
+""")
+
+code("""
+result = subprocess.run(["sh", "-c", "ulimit -v"], capture_output=True, text=True, preexec_fn=cap_memory)
+print("the grandchild's address-space limit:", result.stdout.strip(), "KiB =", int(result.stdout) // 1024, "MB")
+
+probe = '''
+import resource, os
+resource.setrlimit(resource.RLIMIT_CPU, (5, 5))          # lowering: always allowed
+try:
+    resource.setrlimit(resource.RLIMIT_CPU, (50, 50))    # raising the hard limit
+    print("raised it again: this process is privileged (uid", os.getuid(), ")")
+except ValueError as error:
+    print("raising the hard limit was refused:", error)
+'''
+print(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout)
+""")
+
+md("""
+## 6. The trap: memory reserved up front
+
+`RLIMIT_AS` counts **address space**, not memory really used. Some libraries reserve big ranges at start-up:
+BLAS libraries map a buffer per thread, JIT compilers reserve code areas, the JVM reserves its heap. Under a tight
+`RLIMIT_AS` their *import* fails, though they would have used little. Here NumPy (with its OpenBLAS) under 80 MB:
+""")
+
+code("""
+import importlib.util
+
+def cap_80():
+    resource.setrlimit(resource.RLIMIT_AS, (80 * MB, 80 * MB))
+
+if importlib.util.find_spec("numpy") is None:
+    print("numpy is not installed here; skip this demonstration")
+else:
+    for label, limit in [("80 MB", cap_80), ("200 MB", cap_memory)]:
+        result = subprocess.run([sys.executable, "-c", "import numpy; print('numpy imported')"],
+                                capture_output=True, text=True, preexec_fn=limit, timeout=30)
+        said = (result.stdout + result.stderr).strip().splitlines()
+        print(f"{label:>7}: returncode {result.returncode}, {said[-1] if said else ''}")
+""")
+
+md("""
+Two ways out: set `OPENBLAS_NUM_THREADS=1` (one small buffer instead of one per core) and keep a generous limit,
+or limit **real** memory instead of address space with a **cgroup**, for example
+`systemd-run --user --scope -p MemoryMax=256M python script.py`. A cgroup counts pages actually used and can limit
+a whole family of processes together, but it needs systemd or write access to `/sys/fs/cgroup`: more set-up.
+
+## 7. Exercise: `run_limited`
+
+Write `run_limited(code, memory, cpu)` that runs `code` in a new Python process with `RLIMIT_AS` at `memory`
+bytes and `RLIMIT_CPU` at `cpu` seconds (hard limit one more), and returns:
+
+* `"memory_limit"` when the last line of stderr starts with `MemoryError`,
+* `"cpu_limit"` when the child was killed by `SIGXCPU` or `SIGKILL`,
+* `"ok"` for return code 0, else `"error"`.
+""")
+
+exercise("run_limited", """
+import resource, signal, subprocess, sys
+
+def run_limited(code, memory, cpu):
+    \"\"\"Run `code` with RLIMIT_AS=`memory` bytes and RLIMIT_CPU=`cpu` s; return ok/error/memory_limit/cpu_limit.\"\"\"
+    ### BEGIN SOLUTION
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, preexec_fn=limit)
+    lines = result.stderr.strip().splitlines()
+    if lines and lines[-1].startswith("MemoryError"):
+        return "memory_limit"
+    if result.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+        return "cpu_limit"
+    return "ok" if result.returncode == 0 else "error"
+    ### END SOLUTION
+""")
+
+check("run_limited", """
+MB = 1024 * 1024
+
+def test():
+    got = run_limited("print('fine')", 200 * MB, 2)
+    expect(got == "ok", f"a small, quick child gave {got!r}, expected 'ok'")
+    got = run_limited("x = bytearray(400 * 1024 * 1024)", 200 * MB, 2)
+    expect(got == "memory_limit", f"allocating 400 MB under a 200 MB limit gave {got!r}: is RLIMIT_AS set in the child?")
+    got = run_limited("while True: pass", 200 * MB, 1)
+    expect(got == "cpu_limit", f"a spinning loop under a 1 s CPU limit gave {got!r}: did you check for -signal.SIGXCPU?")
+    got = run_limited("1 / 0", 200 * MB, 2)
+    expect(got == "error", f"a ZeroDivisionError gave {got!r}, expected 'error'")
+    return "memory and CPU capped by the kernel, and each limit named"
+check("run_limited", test)
+""")
+
+md("""
+## Common mistakes
+
+* **Calling `setrlimit` in the notebook instead of the child.** Then the limit is on *you* (and on every later
+  child), and cannot be raised again without privilege.
+* **Soft and hard CPU limits equal.** Then the child gets `SIGKILL` straight away, with no `SIGXCPU` warning it
+  could use to save its work. One second apart gives a warning and still guarantees the kill.
+* **Expecting RLIMIT_AS to equal memory used.** It counts reserved address space; leave room for the interpreter.
+* **Expecting RLIMIT_CPU to stop `time.sleep`.** Sleeping uses no CPU: that is lesson 6.
+
+## Try this next
+
+* Find the smallest `RLIMIT_AS` at which `python -c "pass"` still starts.
+* Set `RLIMIT_NOFILE` to 10 and open files in a loop: which error do you get?
+
+## The real thing
+
+`cellbox.limits.Limits` defines every limit once (`memory` is RLIMIT_AS, `cpu_time` is RLIMIT_CPU with the hard
+limit one second above, `file_size` is RLIMIT_FSIZE), and `cellbox._launch` applies them in the child.
+""")
