@@ -77,7 +77,7 @@ def count_user_tasks(uid):
         try:
             if os.stat("/proc/" + name).st_uid != uid:
                 continue
-            with open("/proc/%s/stat" % name, "rb") as f:
+            with open(f"/proc/{name}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
             total += int(fields[17])
         except (OSError, IndexError, ValueError):
@@ -121,17 +121,17 @@ def apply_priority(spec, status_fd):
         if nice > current:
             os.setpriority(os.PRIO_PROCESS, 0, nice)
     except OSError as exc:
-        note(status_fd, "nice: could not be set (%s)" % exc.strerror)
+        note(status_fd, f"nice: could not be set ({exc.strerror})")
     io_class = spec["limits"]["io_class"]
     if io_class == "none":
         return
     number = SYS_IOPRIO_SET.get(platform.machine())
     if number is None:
-        note(status_fd, "io_class: ioprio_set is unknown on %s" % platform.machine())
+        note(status_fd, f"io_class: ioprio_set is unknown on {platform.machine()}")
         return
     value = IOPRIO_CLASSES[io_class] << IOPRIO_CLASS_SHIFT
     if libc().syscall(number, IOPRIO_WHO_PROCESS, 0, value) != 0:
-        note(status_fd, "io_class: could not be set (%s)" % os.strerror(ctypes.get_errno()))
+        note(status_fd, f"io_class: could not be set ({os.strerror(ctypes.get_errno())})")
 
 
 def place_fds(moves):
@@ -157,16 +157,23 @@ def switch_user(spec):
 
 def check_reachable(spec):
     """Fail with a sentence, not errno, when the command cannot be reached."""
-    who = "user %r" % spec["user"] if spec.get("user") else "the sandbox"
+    who = f"user {spec['user']!r}" if spec.get("user") else "the sandbox"
     cwd = spec["cwd"]
     try:
         os.chdir(cwd)
     except OSError as exc:
-        return "%s cannot enter the working directory %s (%s)" % (who, cwd, exc.strerror)
+        return f"{who} cannot enter the working directory {cwd} ({exc.strerror})"
     program = spec["argv"][0]
-    if os.sep in program and not os.access(program, os.X_OK):
-        reason = "does not exist" if not os.path.exists(program) else "is not open to them"
-        return "%s cannot run %s: it %s" % (who, program, reason)
+    if os.sep not in program:
+        return None  # looked up on PATH by execvp, which names the failure itself
+    try:
+        os.stat(program)
+    except PermissionError:
+        return f"{who} cannot run {program}: it is not open to them"
+    except FileNotFoundError:
+        return f"{who} cannot run {program}: it does not exist"
+    if not os.access(program, os.X_OK):
+        return f"{who} cannot run {program}: it is not executable for them"
     return None
 
 
@@ -196,10 +203,10 @@ def start_command(spec, status_fd):
         os.execvp(argv[0], argv)
     except OSError as exc:
         reason = exc.strerror or str(exc)
-        emit(status_fd, {"event": "exec_error", "text": "cannot run %s: %s" % (spec["argv"][0], reason)})
+        emit(status_fd, {"event": "exec_error", "text": f"cannot run {spec['argv'][0]}: {reason}"})
         os._exit(127 if exc.errno == errno.ENOENT else 126)
     except BaseException as exc:  # pragma: no cover - last resort, never return into the supervisor
-        emit(status_fd, {"event": "exec_error", "text": "cannot start the command: %r" % (exc,)})
+        emit(status_fd, {"event": "exec_error", "text": f"cannot start the command: {exc!r}"})
         os._exit(126)
 
 
@@ -214,7 +221,7 @@ def descendants(root, extra_pids=()):
         if not name.isdigit():
             continue
         try:
-            with open("/proc/%s/stat" % name, "rb") as f:
+            with open(f"/proc/{name}/stat", "rb") as f:
                 after = f.read().rsplit(b")", 1)[1].split()
         except (OSError, IndexError):
             continue
@@ -249,7 +256,7 @@ class Supervisor:
         self.child = child
         self.child_status = None
         self.child_rusage = None
-        self.killed = 0
+        self.killed = set()
         self.kill_requested = False
         self.interrupted = False
 
@@ -281,7 +288,7 @@ class Supervisor:
                 try:
                     os.kill(pid, signal.SIGKILL)
                     if pid != self.child:
-                        self.killed += 1
+                        self.killed.add(pid)
                 except OSError:
                     pass
             self.reap()
@@ -326,7 +333,7 @@ class Supervisor:
 
     def report(self):
         status = self.child_status
-        record = {"event": "exit", "killed": self.killed, "kill_requested": self.kill_requested}
+        record = {"event": "exit", "killed": len(self.killed), "kill_requested": self.kill_requested}
         if os.WIFSIGNALED(status):
             record["signal"] = os.WTERMSIG(status)
         else:
@@ -366,9 +373,9 @@ def main():
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    for _source, target in spec.get("fds", []):
+    for source, _target in spec.get("fds", []):
         try:
-            os.close(_source)
+            os.close(source)
         except OSError:
             pass
     Supervisor(spec, status_fd, control_fd, child).run(wake_r)

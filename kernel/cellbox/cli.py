@@ -11,7 +11,7 @@ import importlib
 import json
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from . import __version__
 from .limits import LimitError
@@ -23,7 +23,7 @@ __all__ = ["main", "UsageError"]
 
 # Subcommands that live beside their feature; each module has
 # ``add_parser(subparsers) -> None`` and sets ``func`` on its parser.
-FEATURE_COMMANDS: tuple[str, ...] = ()
+FEATURE_COMMANDS: tuple[str, ...] = ("cellbox.kernelspec",)
 
 
 class UsageError(Exception):
@@ -41,7 +41,9 @@ def _add_run(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="print the Outcome as one JSON object instead")
     parser.add_argument("--user", help="run the child as this user (needs root)")
     parser.add_argument("--cwd", help="working directory of the child (default: the current directory)")
-    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="add a variable to the child's environment")
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="NAME=VALUE", help="add a variable to the child's environment"
+    )
     parser.add_argument("target", nargs=argparse.REMAINDER, help="FILE.py [ARGS...] or -- CMD [ARGS...]")
     parser.set_defaults(func=_cmd_run)
 
@@ -72,6 +74,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     limits = limits_from_args(args)
     command = _command_for(args.target)
     live = not args.json
+    shown = [0]  # characters of stderr already printed live
+
+    def show_stderr(text: str) -> None:
+        shown[0] += len(text)
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
     outcome: Outcome = run(
         command,
         limits=limits,
@@ -79,13 +88,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
         env=_parse_env(args.env),
         user=args.user,
         on_stdout=(lambda text: (sys.stdout.write(text), sys.stdout.flush())) if live else None,
-        on_stderr=(lambda text: (sys.stderr.write(text), sys.stderr.flush())) if live else None,
+        on_stderr=show_stderr if live else None,
     )
     if args.json:
         print(json.dumps(outcome.to_json()))
     else:
         if outcome.stdout and not outcome.stdout.endswith("\n"):
             print()
+        # The sandbox adds its own message (a command it could not start) to
+        # stderr after the stream has ended; print that part too.
+        sys.stderr.write(outcome.stderr[shown[0] :])
         print(f"cellbox: {outcome.summary()}", file=sys.stderr)
         for note in outcome.notes:
             print(f"cellbox: note: {note}", file=sys.stderr)

@@ -12,8 +12,8 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 __all__ = ["TaskDirectory", "build_environment", "PASSED_THROUGH", "FIXED"]
 
@@ -48,7 +48,7 @@ class TaskDirectory:
     tmp: Path
 
     @classmethod
-    def create(cls, base: str | os.PathLike[str] | None = None, prefix: str = "cellbox-") -> "TaskDirectory":
+    def create(cls, base: str | os.PathLike[str] | None = None, prefix: str = "cellbox-") -> TaskDirectory:
         """Make a new, empty task directory (mode 0o700) under ``base`` and return it.
 
         Args:
@@ -78,7 +78,7 @@ class TaskDirectory:
                     pass
         shutil.rmtree(self.path, ignore_errors=True)
 
-    def __enter__(self) -> "TaskDirectory":
+    def __enter__(self) -> TaskDirectory:
         return self
 
     def __exit__(self, *exc: object) -> None:

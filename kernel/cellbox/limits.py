@@ -27,7 +27,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = [
     "Limits",
@@ -182,7 +183,7 @@ class Limits:
         if self.io_class not in IO_CLASSES:
             raise LimitError(f"io_class must be one of {', '.join(IO_CLASSES)}, got {self.io_class!r}")
 
-    def replace(self, **changes: Any) -> "Limits":
+    def replace(self, **changes: Any) -> Limits:
         """Return a copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
 
@@ -190,7 +191,7 @@ class Limits:
         """The limits as a JSON-ready dict with the design's field names."""
         return dataclasses.asdict(self)
 
-    def updated(self, values: Mapping[str, Any], *, source: str | None = None) -> "Limits":
+    def updated(self, values: Mapping[str, Any], *, source: str | None = None) -> Limits:
         """Return a copy with fields parsed from text, as typed by a user.
 
         ``values`` maps a field name (or a short alias such as ``wall``, ``cpu``,

@@ -12,7 +12,7 @@ from typing import Any
 __all__ = ["Status", "Outcome", "STATUS_EXIT_CODES"]
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     """How a run ended.  Exactly one applies; precedence is in :func:`cellbox.sandbox.classify`.
 
     The value is the exact string used in JSON, the README and the lessons.
@@ -26,9 +26,6 @@ class Status(str, enum.Enum):
     MEMORY_LIMIT = "memory_limit"
     OUTPUT_LIMIT = "output_limit"
     INTERRUPTED = "interrupted"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 # Exit status of `cellbox run` for each status (documented in the README).

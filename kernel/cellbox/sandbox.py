@@ -32,8 +32,9 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from .environment import TaskDirectory, build_environment
 from .limits import Limits
@@ -365,8 +366,9 @@ class Run:
                 elif name == "status":
                     status_buf += data
                     while b"\n" in status_buf:
-                        line, _, status_buf[:] = status_buf.partition(b"\n")
-                        record, exec_error = self._on_status(line, record, exec_error)
+                        line, _, rest = status_buf.partition(b"\n")
+                        status_buf[:] = rest
+                        record, exec_error = self._on_status(bytes(line), record, exec_error)
                 elif name == "channel":
                     self._on_channel(data, channel_buf)
                 if not data:
@@ -411,14 +413,16 @@ class Run:
         if not data:
             return
         room = self.limits.output - self._kept
-        if room <= 0:
-            return  # past the limit: drained and dropped while the tree is killed
         if len(data) > room:
-            data = data[:room]
-            self.truncated = True
-            self.kill(Status.OUTPUT_LIMIT)
-        self._kept += len(data)
-        self._streams[name].feed(data)
+            # One byte past the limit stops the run; what is past it is
+            # drained and dropped while the tree is killed.
+            data = data[: max(room, 0)]
+            if not self.truncated:
+                self.truncated = True
+                self.kill(Status.OUTPUT_LIMIT)
+        if data:
+            self._kept += len(data)
+            self._streams[name].feed(data)
 
     def _on_status(self, line: bytes, record: dict[str, Any] | None, exec_error: str | None):  # type: ignore[no-untyped-def]
         try:
@@ -461,7 +465,10 @@ class Run:
     def _force_kill(self) -> None:
         """The launcher did not finish in time: kill its group (the tree's own kill already ran)."""
         self._notes.append("the launcher did not report in time and was killed")
-        for target in (lambda: os.killpg(self.proc.pid, signal.SIGKILL), lambda: os.kill(self.proc.pid, signal.SIGKILL)):
+        for target in (
+            lambda: os.killpg(self.proc.pid, signal.SIGKILL),
+            lambda: os.kill(self.proc.pid, signal.SIGKILL),
+        ):
             try:
                 target()
             except OSError:

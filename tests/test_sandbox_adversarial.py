@@ -1,0 +1,318 @@
+"""Adversarial programs the sandbox core must survive, grouped by threat.
+
+Each test asserts the exact status and, where the program starts processes,
+that nothing it started is left running.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from cellbox.limits import Limits
+from cellbox.outcome import Status
+from sandboxkit import marker, rss_bytes, run_python, survivors
+
+# --------------------------------------------------------------------------- CPU
+
+
+def test_spinning_loop_is_cpu_limit() -> None:
+    outcome = run_python("while True: pass", limits=Limits(cpu_time=1, wall_time=10))
+    assert outcome.status is Status.CPU_LIMIT
+    assert outcome.signal == "SIGXCPU"
+    assert 0.9 <= outcome.cpu_time < 2.5
+
+
+def test_spin_that_ignores_sigxcpu_is_killed_at_the_hard_limit() -> None:
+    code = """
+        import signal
+        signal.signal(signal.SIGXCPU, signal.SIG_IGN)
+        while True: pass
+    """
+    outcome = run_python(code, limits=Limits(cpu_time=1, wall_time=10))
+    assert outcome.status is Status.CPU_LIMIT
+    assert outcome.signal == "SIGKILL"
+    assert outcome.cpu_time >= 1.9  # soft limit 1 s, hard limit one second more
+
+
+# --------------------------------------------------------------------------- wall clock
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import time\ntime.sleep(1000)",
+        "import os\nr, w = os.pipe()\nos.read(r, 1)",  # a read that never gets data
+        "import socket\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); s.accept()",
+    ],
+    ids=["sleep", "blocking-read", "blocking-accept"],
+)
+def test_hanging_program_is_timed_out_within_a_second_of_the_deadline(code: str) -> None:
+    start = time.monotonic()
+    outcome = run_python(code, limits=Limits(wall_time=1.5, cpu_time=10))
+    elapsed = time.monotonic() - start
+    assert outcome.status is Status.TIMED_OUT
+    assert 1.5 <= outcome.wall_time < 2.5
+    assert elapsed < 2.5
+    assert outcome.cpu_time < 1.0  # it burned no CPU: only the wall clock could catch it
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def test_list_that_grows_without_end_is_memory_limit() -> None:
+    code = """
+        chunks = []
+        while True:
+            chunks.append(bytearray(1024 * 1024))
+    """
+    outcome = run_python(code, limits=Limits(memory=256 * 1024**2, wall_time=20, cpu_time=20))
+    assert outcome.status is Status.MEMORY_LIMIT
+    assert "MemoryError" in outcome.stderr
+    assert outcome.peak_memory > 150 * 1024**2
+
+
+def test_one_huge_allocation_is_memory_limit_at_once() -> None:
+    outcome = run_python("x = bytearray(64 * 1024**3)", limits=Limits(memory=256 * 1024**2))
+    assert outcome.status is Status.MEMORY_LIMIT
+    assert outcome.wall_time < 5
+
+
+def test_memory_error_text_printed_by_a_successful_program_is_not_a_limit() -> None:
+    outcome = run_python("print('MemoryError')")
+    assert outcome.status is Status.OK
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def test_fork_bomb_ends_on_time_and_leaves_no_process() -> None:
+    mark = marker()
+    code = """
+        import os
+        while True:
+            try:
+                os.fork()
+            except OSError:
+                pass
+    """
+    start = time.monotonic()
+    outcome = run_python(code, mark, limits=Limits(wall_time=3, cpu_time=10, processes=64, memory=256 * 1024**2))
+    assert time.monotonic() - start < 3 + 2
+    assert outcome.status in (Status.TIMED_OUT, Status.CPU_LIMIT)
+    assert survivors(mark) == []
+    # The machine still forks.
+    assert subprocess.run(["true"]).returncode == 0
+
+
+def test_processes_limit_stops_forking() -> None:
+    code = """
+        import os, time
+        pids = []
+        try:
+            for _ in range(100):
+                pid = os.fork()
+                if pid == 0:
+                    time.sleep(30)
+                    os._exit(0)
+                pids.append(pid)
+        except OSError as exc:
+            print("stopped after", len(pids), type(exc).__name__)
+    """
+    mark = marker()
+    outcome = run_python(code, mark, limits=Limits(processes=10, wall_time=10))
+    assert outcome.status is Status.OK
+    assert "stopped after" in outcome.stdout
+    started = int(outcome.stdout.split()[2])
+    assert started < 10
+    assert outcome.killed_processes == started  # the sleepers it left behind were killed
+    assert survivors(mark) == []
+
+
+def test_setsid_daemon_holding_stdout_is_killed_and_does_not_delay_the_result() -> None:
+    mark = marker()
+    code = """
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:        # double fork: re-parented away from the command
+                time.sleep(1000)      # and still holding stdout open
+            os._exit(0)
+        print("parent done", flush=True)
+    """
+    start = time.monotonic()
+    outcome = run_python(code, mark, limits=Limits(wall_time=10))
+    assert time.monotonic() - start < 2
+    assert outcome.status is Status.OK
+    assert outcome.stdout == "parent done\n"
+    assert outcome.killed_processes == 1
+    assert survivors(mark) == []
+
+
+def test_daemon_of_a_hanging_program_dies_with_it_at_the_deadline() -> None:
+    mark = marker()
+    code = """
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            time.sleep(1000)
+        time.sleep(1000)
+    """
+    outcome = run_python(code, mark, limits=Limits(wall_time=1))
+    assert outcome.status is Status.TIMED_OUT
+    assert outcome.wall_time < 2
+    assert survivors(mark) == []
+
+
+def test_multiprocessing_pool_works_under_default_limits() -> None:
+    code = """
+        import multiprocessing
+        def square(n):
+            return n * n
+        if __name__ == "__main__":
+            with multiprocessing.Pool(2) as pool:
+                print(sum(pool.map(square, range(100))))
+    """
+    mark = marker()
+    outcome = run_python(code, mark, limits=Limits(wall_time=30))
+    assert outcome.status is Status.OK, outcome.stderr
+    assert outcome.stdout == "328350\n"
+    assert survivors(mark) == []
+
+
+def test_numpy_imports_and_computes_under_default_limits() -> None:
+    pytest.importorskip("numpy")
+    code = """
+        import numpy as np
+        a = np.arange(1_000_000, dtype=np.float64).reshape(1000, 1000)
+        print(int((a @ np.ones(1000)).sum()))
+    """
+    outcome = run_python(code, limits=Limits(wall_time=30))
+    assert outcome.status is Status.OK, outcome.stderr
+    assert outcome.stdout == "499999500000\n"
+
+
+# --------------------------------------------------------------------------- output
+
+
+def test_flood_on_stdout_and_stderr_is_output_limit_with_bounded_parent_memory() -> None:
+    code = """
+        import sys
+        line = "x" * 1023 + "\\n"
+        while True:
+            sys.stdout.write(line)
+            sys.stderr.write(line)
+    """
+    before = rss_bytes()
+    outcome = run_python(code, limits=Limits(output=100 * 1024, wall_time=10))
+    assert outcome.status is Status.OUTPUT_LIMIT
+    assert outcome.truncated is True
+    kept = len(outcome.stdout.encode()) + len(outcome.stderr.encode())
+    assert kept == 100 * 1024
+    assert outcome.stdout and outcome.stderr  # both streams were read, not one after the other
+    assert rss_bytes() - before < 32 * 1024**2
+
+
+def test_invalid_utf8_is_decoded_with_replacement() -> None:
+    code = r"""
+        import sys
+        sys.stdout.buffer.write(b"ok \xff\xfe end \xe2\x82")
+    """
+    outcome = run_python(code)
+    assert outcome.status is Status.OK
+    assert outcome.stdout == "ok \ufffd\ufffd end \ufffd"
+
+
+def test_multibyte_character_split_across_reads_is_kept_whole() -> None:
+    code = r"""
+        import sys, time
+        data = "é€😀".encode()
+        for i in range(len(data)):
+            sys.stdout.buffer.write(data[i:i + 1]); sys.stdout.flush(); time.sleep(0.01)
+    """
+    chunks: list[str] = []
+    outcome = run_python(code, on_stdout=chunks.append)
+    assert outcome.stdout == "é€😀"
+    assert "".join(chunks) == "é€😀"
+
+
+def test_output_reaches_the_callback_while_the_child_runs() -> None:
+    code = """
+        import time
+        for i in range(3):
+            print(i, flush=True)
+            time.sleep(0.3)
+    """
+    seen: list[tuple[float, str]] = []
+    start = time.monotonic()
+    outcome = run_python(code, on_stdout=lambda text: seen.append((time.monotonic() - start, text)))
+    assert outcome.stdout == "0\n1\n2\n"
+    first = next(t for t, text in seen if "0" in text)
+    last = next(t for t, text in seen if "2" in text)
+    assert last - first > 0.4  # each line arrived as it was printed, not at the end
+
+
+def test_file_written_without_end_stops_at_the_file_size_limit(tmp_path: os.PathLike[str]) -> None:
+    code = """
+        with open("big.bin", "wb") as f:
+            while True:
+                f.write(b"x" * 65536)
+    """
+    outcome = run_python(code, cwd=tmp_path, limits=Limits(file_size=1024**2))
+    assert outcome.status is Status.ERROR
+    assert "File too large" in outcome.stderr
+    assert os.path.getsize(os.path.join(tmp_path, "big.bin")) == 1024**2
+
+
+# --------------------------------------------------------------------------- crashes
+
+
+@pytest.mark.parametrize(
+    ("code", "signal_name"),
+    [
+        ("import ctypes\nctypes.string_at(0)", "SIGSEGV"),
+        ("import os\nos.abort()", "SIGABRT"),
+        ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "SIGKILL"),
+    ],
+    ids=["segfault", "abort", "self-sigkill"],
+)
+def test_crash_is_crashed_with_the_signal_named_not_a_limit(code: str, signal_name: str) -> None:
+    outcome = run_python(code)
+    assert outcome.status is Status.CRASHED
+    assert outcome.signal == signal_name
+    assert outcome.exit_code is None
+
+
+# --------------------------------------------------------------------------- secrets and input
+
+
+def test_secret_in_the_parent_environment_is_absent_in_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CELLBOX_TEST_SECRET_TOKEN", "hunter2")
+    monkeypatch.setenv("JPY_SESSION_NAME", "secret-notebook")
+    code = """
+        import os
+        print(sorted(os.environ))
+        print(open("/proc/self/environ", "rb").read().count(b"hunter2"))
+    """
+    outcome = run_python(code)
+    assert outcome.status is Status.OK
+    names_line, count_line = outcome.stdout.splitlines()
+    assert "CELLBOX_TEST_SECRET_TOKEN" not in names_line
+    assert "JPY_SESSION_NAME" not in names_line
+    assert "hunter2" not in outcome.stdout.replace(count_line, "")
+    assert count_line == "0"
+
+
+def test_input_with_no_stdin_fails_at_once() -> None:
+    outcome = run_python("input('name? ')", limits=Limits(wall_time=10))
+    assert outcome.status is Status.ERROR
+    assert "EOFError" in outcome.stderr
+    assert outcome.wall_time < 5
+
+
+def test_stdin_bytes_reach_the_child() -> None:
+    outcome = run_python("print(input().upper())", stdin=b"hello\n")
+    assert outcome.stdout == "HELLO\n"
