@@ -23,7 +23,7 @@ __all__ = ["main", "UsageError"]
 
 # Subcommands that live beside their feature; each module has
 # ``add_parser(subparsers) -> None`` and sets ``func`` on its parser.
-FEATURE_COMMANDS: tuple[str, ...] = ("cellbox.kernelspec",)
+FEATURE_COMMANDS: tuple[str, ...] = ("cellbox.kernelspec", "cellbox.grading.cli")
 
 
 class UsageError(Exception):

@@ -1,0 +1,102 @@
+"""``cellbox grade SUBMISSIONS --tests TESTS [--out DIR] [--jobs N] [--dask ADDRESS] [--resume] [limits]``.
+
+Registered in :data:`cellbox.cli.FEATURE_COMMANDS`.  Exit status: 0 when every
+submission has its row in the reports (whatever the verdicts), 2 for bad
+input (one line on stderr), 130 when interrupted (the rows finished so far are
+kept in ``results.json``; ``--resume`` finishes the rest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser"]
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add the ``grade`` subcommand to ``cellbox``'s parser."""
+    from ..options import add_limit_options
+
+    parser = subparsers.add_parser(
+        "grade",
+        help="grade a folder of submissions against hidden pytest tests",
+        description="Grade each submission in SUBMISSIONS (folders, .zip, .py, .ipynb) in its own sandboxed "
+        "virtualenv against the pytest tests in TESTS. Verdicts: verified, failed, unverified, timed_out. "
+        "Reports in --out: results.json, grades.csv, junit.xml, report.html.",
+    )
+    parser.add_argument("submissions", metavar="SUBMISSIONS", help="folder that holds one entry per submission")
+    parser.add_argument("--tests", required=True, metavar="TESTS", help="folder of instructor tests, or one test file")
+    parser.add_argument("--out", default="grading-results", metavar="DIR",
+                        help="folder for the reports (default: ./grading-results)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
+                        help="submissions graded at once (default: the number of cores)")
+    parser.add_argument("--dask", metavar="ADDRESS",
+                        help="grade on this dask.distributed scheduler instead (workers share the filesystem)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the rows of an earlier results.json in --out; grade only the missing ones")
+    parser.add_argument("--find-links", metavar="PATH_OR_URL",
+                        help="wheels pip may install from when a submission has a package or requirements.txt")
+    add_limit_options(parser)
+    parser.set_defaults(func=_cmd_grade)
+
+
+def _cmd_grade(args: argparse.Namespace) -> int:
+    from ..cli import UsageError
+    from ..options import limits_from_args
+    from .reports import write_reports
+    from .runner import GradingRun, print_summary
+    from .submissions import SubmissionError, discover
+    from .task import GradeSettings, Suite, SuiteError
+
+    if args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: give 1 or more")
+    try:
+        suite = Suite.find(args.tests)
+        submissions = discover(args.submissions)
+    except (SuiteError, SubmissionError) as exc:
+        raise UsageError(str(exc)) from None
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {args.out}: exists and is not a folder")
+    grading = GradingRun(
+        submissions=submissions,
+        suite=suite,
+        settings=GradeSettings(limits=limits_from_args(args), find_links=args.find_links),
+        out=out,
+        jobs=args.jobs,
+        dask=args.dask,
+        resume=args.resume,
+    )
+    results = _grade_with_progress(grading)
+    paths = write_reports(out, results)
+    print_summary(results)
+    print(f"cellbox grade: reports in {out}/ ({', '.join(p.name for p in paths)}, results.json)", file=sys.stderr)
+    return 0
+
+
+def _grade_with_progress(grading: Any) -> list[Any]:
+    """Grade with a rich progress bar on stderr (shown only on a terminal)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..verdict import STYLES
+
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"),
+        console=console, disable=not console.is_terminal, transient=False,
+    ) as progress:
+        bar = progress.add_task("", total=len(grading.submissions))
+
+        def on_start(pending: int) -> None:
+            progress.update(bar, total=pending)
+
+        def on_result(result: Any) -> None:
+            progress.update(bar, advance=1,
+                            description=f"[{STYLES[result.verdict]}]{result.id}: {result.verdict.label}")
+
+        return list(grading.grade(on_result=on_result, on_start=on_start))

@@ -1,0 +1,122 @@
+"""The grader's pytest plugin: writes the evidence of one test run to the grader.
+
+This file runs inside the sandboxed test run, not in the grader.  The grader
+copies it into the task's own library directory as ``cellbox_grading_reporter``
+and loads it explicitly (``-p cellbox_grading_reporter``, with plugin
+autoloading off), so a submission cannot replace it or load another reporter
+in its place.  It imports only the standard library and pytest.
+
+Protocol: JSON lines on the sandbox's message channel (fd 3, named by
+``CELLBOX_CHANNEL``); each line carries the run's nonce, which the grader
+writes on the run's stdin and this plugin reads once, at import, before any
+submission code is imported.  Events, in order::
+
+    {"event": "start", "nonce": N, "pytest": "9.2.0"}
+    {"event": "collect_error", "nonce": N, "nodeid": "...", "message": "..."}   (any number)
+    {"event": "collected", "nonce": N, "nodeids": [...]}
+    {"event": "started", "nonce": N, "nodeid": "..."}                            (per test)
+    {"event": "report", "nonce": N, "nodeid": "...", "when": "call", "outcome": "passed",
+     "duration": 0.01, "wasxfail": false, "message": "...", "output": "..."}    (per phase)
+    {"event": "finished", "nonce": N, "nodeid": "..."}                           (per test)
+    {"event": "finish", "nonce": N, "exitstatus": 0}
+
+What this cannot stop: the submission's code is imported into this same
+process, so code that goes looking (``/proc/self/fd``, this module's globals)
+could find the channel and the nonce and write a forged record.  The grader's
+checks (nonce, order, every collected test reported, exit status matching)
+catch an early exit, a killed pytest, a stray process writing to the channel
+and forged files, not a deliberate in-process forgery.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import pytest
+
+MESSAGE_MAX = 4000  # characters of a failure message or of captured output sent per phase
+
+
+def _read_nonce() -> str:
+    # Read once, at import (before conftest and test modules are imported), then
+    # stdin is left empty: the run's stdin carries nothing else.
+    try:
+        return sys.stdin.readline().strip()
+    except (OSError, ValueError):
+        return ""
+
+
+def _channel_fd() -> int | None:
+    spec = os.environ.get("CELLBOX_CHANNEL", "")
+    try:
+        return int(spec.split(",")[0])
+    except ValueError:
+        return None
+
+
+_NONCE = _read_nonce()
+_FD = _channel_fd()
+
+
+def _send(event: str, **fields: Any) -> None:
+    if _FD is None:
+        return
+    line = json.dumps({"event": event, "nonce": _NONCE, **fields}) + "\n"
+    data = line.encode("utf-8", "replace")
+    try:
+        while data:
+            written = os.write(_FD, data)
+            data = data[written:]
+    except OSError:
+        pass  # the grader has stopped reading; the record stays incomplete
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MESSAGE_MAX else text[:MESSAGE_MAX] + "\n[... cut]"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _send("start", pytest=pytest.__version__)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.failed:
+        text = str(report.longrepr) if report.longrepr else "collection failed"
+        lines = [line for line in text.splitlines() if line.strip()]
+        last = lines[-1] if lines else text
+        _send("collect_error", nodeid=report.nodeid, message=_cut(last), detail=_cut(text))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _send("collected", nodeids=[item.nodeid for item in session.items])
+
+
+def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
+    _send("started", nodeid=nodeid)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    message = report.longreprtext if report.failed or report.skipped else ""
+    output = "".join(text for _name, text in report.sections if _name.startswith("Captured"))
+    _send(
+        "report",
+        nodeid=report.nodeid,
+        when=report.when,
+        outcome=report.outcome,
+        duration=round(float(report.duration), 6),
+        wasxfail=hasattr(report, "wasxfail"),
+        message=_cut(message),
+        output=_cut(output),
+    )
+
+
+def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
+    _send("finished", nodeid=nodeid)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _send("finish", exitstatus=int(exitstatus))

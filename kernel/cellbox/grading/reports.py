@@ -1,0 +1,188 @@
+"""Reports of a grading run: ``grades.csv``, ``junit.xml`` and ``report.html`` (``results.json`` is the runner's).
+
+* ``grades.csv``: one row per submission: ``id, verdict, passed, failed,
+  errors, total, score`` (score in percent, 0-100), ready for a gradebook import.
+* ``junit.xml``: one ``<testsuite>`` per submission, one ``<testcase>`` per
+  instructor test (the JUnit XML that Jenkins' ``junit`` step reads); a run
+  without a test record gets one ``grading`` test case carrying the reason.
+* ``report.html``: one self-contained page (inline CSS and SVG, no script, no
+  network): a bar chart of verdicts, the pass rate of each test, and a row per
+  submission.  Verdict colours come from :data:`cellbox.verdict.COLOURS`, by
+  exact value.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from ..verdict import COLOURS, Verdict
+from .results import SubmissionResult
+
+__all__ = ["write_reports", "write_csv", "write_junit", "write_html", "CSV_FIELDS"]
+
+CSV_FIELDS = ("id", "verdict", "passed", "failed", "errors", "total", "score")
+# Characters XML 1.0 does not allow, even escaped (the spec's "Char" production).
+_XML_INVALID = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def write_reports(out: Path, results: list[SubmissionResult]) -> list[Path]:
+    """Write ``grades.csv``, ``junit.xml`` and ``report.html`` into ``out``; return their paths."""
+    return [write_csv(out / "grades.csv", results), write_junit(out / "junit.xml", results),
+            write_html(out / "report.html", results)]
+
+
+def write_csv(path: Path, results: list[SubmissionResult]) -> Path:
+    """One row per submission (:data:`CSV_FIELDS`)."""
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(CSV_FIELDS)
+        for result in results:
+            writer.writerow([result.id, result.verdict.value, result.passed, result.failed, result.errors,
+                             result.total, f"{result.score:.2f}"])
+    return path
+
+
+def _xml_text(text: str) -> str:
+    return _XML_INVALID.sub("\ufffd", text)
+
+
+def _testcase(suite: ET.Element, classname: str, name: str, seconds: float) -> ET.Element:
+    return ET.SubElement(suite, "testcase", classname=_xml_text(classname), name=_xml_text(name),
+                         time=f"{seconds:.3f}")
+
+
+def _junit_suite(root: ET.Element, result: SubmissionResult) -> None:
+    suite = ET.SubElement(root, "testsuite", name=_xml_text(result.id))
+    properties = ET.SubElement(suite, "properties")
+    for key, value in (("verdict", result.verdict.value), ("reason", result.reason), ("score", f"{result.score}")):
+        ET.SubElement(properties, "property", name=key, value=_xml_text(value))
+    failures = errors = skipped = 0
+    for test in result.tests:
+        module, _, name = test.nodeid.partition("::")
+        case = _testcase(suite, f"{result.id}.{module.removesuffix('.py').replace('/', '.')}", name or module,
+                         test.duration)
+        text = _xml_text(test.message or test.outcome)
+        if test.outcome == "failed":
+            failures += 1
+            ET.SubElement(case, "failure", message=_xml_text(test.message.splitlines()[-1] if test.message else
+                                                              "failed")).text = text
+        elif test.outcome in ("skipped", "xfailed"):
+            skipped += 1
+            ET.SubElement(case, "skipped", message=_xml_text(test.outcome))
+        elif test.outcome != "passed":
+            errors += 1
+            ET.SubElement(case, "error", message=_xml_text(f"{test.outcome}: {result.reason}")).text = text
+        if test.output:
+            ET.SubElement(case, "system-out").text = _xml_text(test.output)
+    if result.verdict in (Verdict.UNVERIFIED, Verdict.TIMED_OUT) or not result.tests:
+        case = _testcase(suite, f"{result.id}.grading", "verdict", result.duration)
+        errors += 1
+        ET.SubElement(case, "error", message=_xml_text(f"{result.verdict.label}: {result.reason}"))
+    suite.set("tests", str(len(suite.findall("testcase"))))
+    suite.set("failures", str(failures))
+    suite.set("errors", str(errors))
+    suite.set("skipped", str(skipped))
+    suite.set("time", f"{result.duration:.3f}")
+
+
+def write_junit(path: Path, results: list[SubmissionResult]) -> Path:
+    """JUnit XML: ``<testsuites>`` with one ``<testsuite>`` per submission."""
+    root = ET.Element("testsuites", name="cellbox grade")
+    for result in results:
+        _junit_suite(root, result)
+    ET.indent(root)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+    return path
+
+
+# ---------------------------------------------------------------------- HTML
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:2em;color:#1f2328}
+h1{font-size:1.4em} h2{font-size:1.1em;margin-top:2em}
+table{border-collapse:collapse;margin-top:.5em} td,th{border:1px solid #d0d7de;padding:.3em .6em;text-align:left}
+th{background:#f6f8fa} td.num{text-align:right}
+.verdict{font-weight:bold;color:#fff;padding:.1em .4em;border-radius:3px;white-space:nowrap}
+svg text{font-size:12px;font-family:system-ui,sans-serif}
+"""
+
+
+def _badge(verdict: Verdict) -> str:
+    return f'<span class="verdict" style="background:{COLOURS[verdict]}">{html.escape(verdict.label)}</span>'
+
+
+def _verdict_chart(results: list[SubmissionResult]) -> str:
+    counts = {verdict: sum(1 for r in results if r.verdict is verdict) for verdict in Verdict}
+    most = max(counts.values()) or 1
+    rows = []
+    for index, (verdict, count) in enumerate(counts.items()):
+        y = 10 + index * 28
+        width = 300 * count / most
+        rows.append(
+            f'<text x="0" y="{y + 15}">{html.escape(verdict.label)}</text>'
+            f'<rect x="140" y="{y}" width="{width:.1f}" height="20" fill="{COLOURS[verdict]}"/>'
+            f'<text x="{146 + width:.1f}" y="{y + 15}">{count}</text>'
+        )
+    height = 20 + 28 * len(counts)
+    return (f'<svg role="img" aria-label="verdicts" width="500" height="{height}" '
+            f'xmlns="http://www.w3.org/2000/svg">{"".join(rows)}</svg>')
+
+
+def _pass_rates(results: list[SubmissionResult]) -> dict[str, tuple[int, int]]:
+    rates: dict[str, tuple[int, int]] = {}
+    for result in results:
+        for test in result.tests:
+            passed, total = rates.get(test.nodeid, (0, 0))
+            rates[test.nodeid] = (passed + (test.outcome == "passed"), total + 1)
+    return rates
+
+
+def _rate_chart(results: list[SubmissionResult]) -> str:
+    rates = _pass_rates(results)
+    if not rates:
+        return "<p>No test reported a result.</p>"
+    rows = []
+    for index, (nodeid, (passed, total)) in enumerate(sorted(rates.items())):
+        y = 10 + index * 24
+        share = passed / total
+        rows.append(
+            f'<text x="0" y="{y + 13}">{html.escape(nodeid[-60:])}</text>'
+            f'<rect x="420" y="{y}" width="300" height="16" fill="#eaeef2"/>'
+            f'<rect x="420" y="{y}" width="{300 * share:.1f}" height="16" fill="#0969da"/>'
+            f'<text x="726" y="{y + 13}">{passed}/{total} ({100 * share:.0f}%)</text>'
+        )
+    height = 20 + 24 * len(rates)
+    return (f'<svg role="img" aria-label="pass rate per test" width="860" height="{height}" '
+            f'xmlns="http://www.w3.org/2000/svg">{"".join(rows)}</svg>')
+
+
+def _table(results: list[SubmissionResult]) -> str:
+    head = "".join(f"<th>{name}</th>" for name in ("id", "verdict", "passed", "failed", "errors", "total",
+                                                     "score", "seconds", "reason"))
+    rows = []
+    for r in results:
+        numbers = "".join(f'<td class="num">{value}</td>' for value in (r.passed, r.failed, r.errors, r.total,
+                                                                         f"{r.score:.2f}", f"{r.duration:.2f}"))
+        rows.append(f"<tr><td>{html.escape(r.id)}</td><td>{_badge(r.verdict)}</td>{numbers}"
+                    f"<td>{html.escape(r.reason)}</td></tr>")
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def write_html(path: Path, results: list[SubmissionResult]) -> Path:
+    """A self-contained HTML summary (no script, no external resource)."""
+    page = (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        "<title>cellbox grade report</title>"
+        f"<style>{_CSS}</style></head><body>"
+        f"<h1>cellbox grade: {len(results)} submissions</h1>"
+        f"<h2>Verdicts</h2>{_verdict_chart(results)}"
+        f"<h2>Pass rate per test</h2>{_rate_chart(results)}"
+        f"<h2>Submissions</h2>{_table(results)}"
+        "</body></html>\n"
+    )
+    path.write_text(page, encoding="utf-8")
+    return path

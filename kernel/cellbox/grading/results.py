@@ -1,0 +1,132 @@
+"""The result of grading one submission, and its JSON form (a row of ``results.json``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..verdict import Verdict
+from .evidence import TestResult
+
+__all__ = ["SubmissionResult", "OUTPUT_KEPT"]
+
+OUTPUT_KEPT = 20_000  # characters of a run's stdout and of its stderr kept in results.json (the end)
+
+
+def cut_outcome(outcome: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An Outcome's JSON with stdout and stderr cut to their last :data:`OUTPUT_KEPT` characters."""
+    if outcome is None:
+        return None
+    data = dict(outcome)
+    for name in ("stdout", "stderr"):
+        text = str(data.get(name) or "")
+        if len(text) > OUTPUT_KEPT:
+            data[name] = "[... cut]\n" + text[-OUTPUT_KEPT:]
+    return data
+
+
+@dataclasses.dataclass
+class SubmissionResult:
+    """One submission's row in every report.
+
+    Attributes:
+        id: the submission's id (``alice``).
+        path: where it was read from.
+        kind: ``folder``, ``zip``, ``py`` or ``ipynb``.
+        verdict: the :class:`~cellbox.verdict.Verdict`.
+        reason: one line saying why.
+        tests: one :class:`TestResult` per collected instructor test.
+        running: the test that was running when the run ended, if any.
+        install: the install's Outcome as JSON (``None`` when nothing was installed).
+        run: the test run's Outcome as JSON (``None`` when it never started).
+        duration: seconds spent grading this submission, all steps.
+    """
+
+    id: str
+    path: str
+    kind: str
+    verdict: Verdict
+    reason: str
+    tests: list[TestResult] = dataclasses.field(default_factory=list)
+    running: str | None = None
+    install: dict[str, Any] | None = None
+    run: dict[str, Any] | None = None
+    duration: float = 0.0
+
+    def count(self, outcome: str) -> int:
+        """How many tests ended with exactly ``outcome``."""
+        return sum(1 for test in self.tests if test.outcome == outcome)
+
+    @property
+    def passed(self) -> int:
+        return self.count("passed")
+
+    @property
+    def failed(self) -> int:
+        return self.count("failed")
+
+    @property
+    def errors(self) -> int:
+        """Tests that errored in setup or teardown, or never finished."""
+        return len(self.tests) - self.passed - self.failed - self.skipped
+
+    @property
+    def skipped(self) -> int:
+        return self.count("skipped") + self.count("xfailed")
+
+    @property
+    def total(self) -> int:
+        return len(self.tests)
+
+    @property
+    def score(self) -> float:
+        """Percent of tests passed, 0-100; 0 unless the verdict is ``verified`` or ``failed``.
+
+        A run without complete evidence (``unverified``, ``timed_out``) earns
+        nothing: its passes cannot be trusted.
+        """
+        if self.verdict not in (Verdict.VERIFIED, Verdict.FAILED) or not self.total:
+            return 0.0
+        return round(100.0 * self.passed / self.total, 2)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict: the fields, the counts and the score."""
+        return {
+            "id": self.id,
+            "path": self.path,
+            "kind": self.kind,
+            "verdict": self.verdict.value,
+            "label": self.verdict.label,
+            "reason": self.reason,
+            "passed": self.passed,
+            "failed": self.failed,
+            "errors": self.errors,
+            "skipped": self.skipped,
+            "total": self.total,
+            "score": self.score,
+            "running": self.running,
+            "duration": round(self.duration, 4),
+            "tests": [test.to_json() for test in self.tests],
+            "install": cut_outcome(self.install),
+            "run": cut_outcome(self.run),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SubmissionResult:
+        """Read a row back (``--resume``).
+
+        Raises:
+            KeyError, ValueError: the row is not one this version wrote.
+        """
+        return cls(
+            id=str(data["id"]),
+            path=str(data["path"]),
+            kind=str(data["kind"]),
+            verdict=Verdict(data["verdict"]),
+            reason=str(data["reason"]),
+            tests=[TestResult.from_json(test) for test in data.get("tests", [])],
+            running=data.get("running"),
+            install=data.get("install"),
+            run=data.get("run"),
+            duration=float(data.get("duration", 0.0)),
+        )

@@ -1,0 +1,148 @@
+"""Grade many submissions: a thread pool here, or tasks on a Dask cluster; resume; progress.
+
+Every submission gets exactly one :class:`SubmissionResult`, whatever happens to
+it.  Finished rows are written to ``results.json`` as they arrive (atomically),
+so an interrupted grading run loses nothing, and ``--resume`` grades only the
+submissions that have no row yet.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from .results import SubmissionResult
+from .submissions import Submission
+from .task import GradeSettings, Suite, grade_safely
+from .venvs import BaseLibrary
+
+__all__ = ["GradingRun", "load_results", "save_results", "RESULTS_FILE"]
+
+RESULTS_FILE = "results.json"
+OnResult = Callable[[SubmissionResult], None]
+
+
+def load_results(out: Path) -> dict[str, SubmissionResult]:
+    """The rows of an earlier ``results.json`` in ``out``, by id (empty when there is none).
+
+    Rows this version cannot read are dropped, so they are graded again.
+    """
+    path = out / RESULTS_FILE
+    try:
+        data = json.loads(path.read_text())
+        rows = data["submissions"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    results = {}
+    for row in rows if isinstance(rows, list) else []:
+        try:
+            result = SubmissionResult.from_json(row)
+        except (KeyError, ValueError, TypeError):
+            continue
+        results[result.id] = result
+    return results
+
+
+def save_results(out: Path, results: Iterable[SubmissionResult], header: dict[str, Any]) -> Path:
+    """Write ``results.json`` atomically (a temporary file, then a rename)."""
+    path = out / RESULTS_FILE
+    data = {**header, "submissions": [result.to_json() for result in sorted(results, key=lambda r: r.id)]}
+    temporary = path.with_name(f".{RESULTS_FILE}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(data, indent=1))
+    os.replace(temporary, path)
+    return path
+
+
+@dataclasses.dataclass
+class GradingRun:
+    """One ``cellbox grade`` run.
+
+    Attributes:
+        submissions: what to grade.
+        suite: the instructor tests.
+        settings: limits and install options.
+        out: the reports folder (``results.json`` is kept up to date there).
+        jobs: submissions graded at once on this machine.
+        dask: address of a ``dask.distributed`` scheduler, or ``None`` for local threads.
+        resume: keep rows of an earlier ``results.json`` and grade only the rest.
+    """
+
+    submissions: list[Submission]
+    suite: Suite
+    settings: GradeSettings
+    out: Path
+    jobs: int = os.cpu_count() or 1
+    dask: str | None = None
+    resume: bool = False
+
+    def header(self) -> dict[str, Any]:
+        return {
+            "cellbox": __version__,
+            "tests": str(self.suite.root),
+            "test_files": list(self.suite.files),
+            "limits": self.settings.limits.as_dict(),
+        }
+
+    def pending(self, done: dict[str, SubmissionResult]) -> list[Submission]:
+        """The submissions without a row in ``done``."""
+        return [submission for submission in self.submissions if submission.id not in done]
+
+    def grade(
+        self, on_result: OnResult | None = None, on_start: Callable[[int], None] | None = None
+    ) -> list[SubmissionResult]:
+        """Grade what is pending, writing ``results.json`` after each row; return every row, by id.
+
+        Args:
+            on_result: called in this thread with each new row (progress display).
+            on_start: called once with the number of submissions left to grade.
+        """
+        self.out.mkdir(parents=True, exist_ok=True)
+        wanted = {submission.id for submission in self.submissions}
+        done = {key: row for key, row in load_results(self.out).items() if key in wanted} if self.resume else {}
+
+        def record(result: SubmissionResult) -> None:
+            done[result.id] = result
+            save_results(self.out, done.values(), self.header())
+            if on_result is not None:
+                on_result(result)
+
+        todo = self.pending(done)
+        if on_start is not None:
+            on_start(len(todo))
+        if todo:
+            if self.dask:
+                from .cluster import grade_on_cluster
+
+                grade_on_cluster(self.dask, todo, self.suite, self.settings, record)
+            else:
+                self._grade_locally(todo, record)
+        save_results(self.out, done.values(), self.header())
+        return [done[submission.id] for submission in sorted(self.submissions, key=lambda s: s.id)]
+
+    def _grade_locally(self, todo: list[Submission], record: OnResult) -> None:
+        with BaseLibrary.build() as base:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, self.jobs)) as pool:
+                futures = [pool.submit(grade_safely, sub, self.suite, self.settings, base) for sub in todo]
+                try:
+                    for future in concurrent.futures.as_completed(futures):
+                        record(future.result())
+                except BaseException:
+                    for future in futures:
+                        future.cancel()
+                    raise
+
+
+def print_summary(results: list[SubmissionResult], stream: Any = None) -> None:
+    """One line per verdict count, for the terminal."""
+    stream = stream or sys.stderr
+    counts: dict[str, int] = {}
+    for result in results:
+        counts[result.verdict.label] = counts.get(result.verdict.label, 0) + 1
+    print(", ".join(f"{label}: {n}" for label, n in sorted(counts.items())), file=stream)

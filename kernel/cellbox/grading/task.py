@@ -1,0 +1,283 @@
+"""Grade one submission: a task directory, a fresh venv, the install, the tests, the verdict.
+
+Steps (each submission, in its own :class:`~cellbox.environment.TaskDirectory`,
+removed afterwards whatever happens):
+
+1. lay the submission out in ``work/submission`` (:func:`~cellbox.grading.submissions.lay_out`);
+2. make a virtualenv without pip in ``venv/``;
+3. when it has a package or a ``requirements.txt``: ``pip install`` it, in the
+   sandbox, under the grading limits;
+4. then copy in what the grader controls, beside the submission and never
+   below it: ``grader/lib`` (pytest and the reporter), ``grader/tests`` (the
+   instructor tests) and ``grader/pytest.ini``;
+5. run pytest in the sandbox with that configuration only (``-c`` the grader's
+   ini, ``--rootdir`` and ``--confcutdir`` at the tests, the cache plugin
+   off, plugin autoloading off, the reporter loaded with ``-p``), the
+   submission folder as working directory and on ``sys.path``, and the run's
+   nonce on stdin;
+6. judge the run (:func:`cellbox.verdict.judge`) from pytest's exit status,
+   the reporter's evidence and the sandbox's Outcome.
+
+The grader never imports submission code: it only copies files, unpacks zips
+and reads notebook JSON.  A submission's ``conftest.py``, ``pytest.ini``,
+``pyproject.toml``, ``setup.cfg`` and ``tox.ini`` are not read by pytest: the
+tests' folder is not below the submission, the ini is given with ``-c``, and
+conftest files are looked for only from the tests' folder down.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from ..environment import TaskDirectory
+from ..limits import Limits
+from ..outcome import Outcome, Status
+from ..sandbox import run
+from ..verdict import Verdict, judge
+from .evidence import EvidenceRecorder
+from .results import SubmissionResult
+from .submissions import Layout, Submission, SubmissionError, lay_out
+from .venvs import REPORTER_MODULE, BaseLibrary, create_venv, pip_install_command
+
+__all__ = ["Suite", "SuiteError", "GradeSettings", "grade_submission", "grade_safely", "PYTEST_INI"]
+
+# The whole pytest configuration of a test run.  Written by the grader; the
+# submission's own files are never an ancestor of the tests, so none is found.
+PYTEST_INI = """\
+# Written by cellbox grade: the only pytest configuration of this test run.
+[pytest]
+python_files = test_*.py *_test.py
+python_classes = Test*
+python_functions = test*
+addopts =
+"""
+
+# Run by the task's interpreter with -I (no PYTHONPATH, no user site, no script
+# directory on sys.path): the grader's library first, then the submission.
+BOOT = "import sys; sys.path[:0] = [sys.argv.pop(1), sys.argv.pop(1)]; import pytest; raise SystemExit(pytest.main())"
+TEST_PATTERNS = ("test_*.py", "*_test.py")
+_IGNORED_DIRS = ("__pycache__", ".pytest_cache", ".git")
+
+
+class SuiteError(ValueError):
+    """The instructor tests cannot be used (not found, none in the folder)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Suite:
+    """The instructor tests.
+
+    Attributes:
+        root: the folder copied into each task as ``grader/tests``.
+        files: test files relative to ``root`` (POSIX form), each of which
+            must yield at least one collected test for a ``verified`` verdict.
+        only: when ``--tests`` named one file: the files copied (it and a
+            ``conftest.py`` beside it); ``None`` copies the whole folder.
+    """
+
+    root: Path
+    files: tuple[str, ...]
+    only: tuple[str, ...] | None = None
+
+    @classmethod
+    def find(cls, path: str | os.PathLike[str]) -> Suite:
+        """The suite at ``path``: a folder of tests, or one test file.
+
+        Raises:
+            SuiteError: nothing there, or no ``test_*.py`` / ``*_test.py`` file.
+        """
+        given = Path(path).resolve()
+        if given.is_file() and given.suffix == ".py":
+            only = tuple(name for name in (given.name, "conftest.py") if (given.parent / name).is_file())
+            return cls(root=given.parent, files=(given.name,), only=only)
+        if not given.is_dir():
+            raise SuiteError(f"{path}: no such tests folder or test file")
+        found = {
+            item.relative_to(given).as_posix()
+            for pattern in TEST_PATTERNS
+            for item in given.rglob(pattern)
+            if item.is_file() and not set(item.relative_to(given).parts) & set(_IGNORED_DIRS)
+        }
+        if not found:
+            raise SuiteError(f"{path}: no tests found (files named test_*.py or *_test.py)")
+        return cls(root=given, files=tuple(sorted(found)))
+
+    def copy_to(self, dest: Path) -> Path:
+        """Copy the tests into ``dest`` (a new folder) and return it."""
+        if self.only is not None:
+            dest.mkdir(parents=True)
+            for name in self.only:
+                shutil.copyfile(self.root / name, dest / name)
+        else:
+            shutil.copytree(self.root, dest, symlinks=False, ignore=shutil.ignore_patterns(*_IGNORED_DIRS))
+        return dest
+
+    def to_json(self) -> dict[str, Any]:
+        return {"root": str(self.root), "files": list(self.files), "only": list(self.only) if self.only else None}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Suite:
+        only = data.get("only")
+        return cls(root=Path(data["root"]), files=tuple(data["files"]), only=tuple(only) if only else None)
+
+
+@dataclasses.dataclass(frozen=True)
+class GradeSettings:
+    """How every submission of a grading run is graded.
+
+    Attributes:
+        limits: the sandbox limits of the install and of the test run (each).
+        find_links: a folder or URL of wheels pip may install from (``--find-links``).
+    """
+
+    limits: Limits = Limits()
+    find_links: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"limits": self.limits.as_dict(), "find_links": self.find_links}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> GradeSettings:
+        return cls(limits=Limits(**data["limits"]), find_links=data.get("find_links"))
+
+
+def _venv_env(venv: Path) -> dict[str, str]:
+    return {
+        "PATH": os.pathsep.join([str(venv / "bin"), "/usr/local/bin", "/usr/bin", "/bin"]),
+        "VIRTUAL_ENV": str(venv),
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "PIP_NO_INPUT": "1",
+    }
+
+
+def _last_line(outcome: Outcome) -> str:
+    lines = [line.strip() for line in (outcome.stderr + "\n" + outcome.stdout).splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("ERROR")]
+    return (errors or lines or ["no output"])[-1][:300]
+
+
+def _install(layout: Layout, python: Path, task: TaskDirectory, settings: GradeSettings) -> Outcome:
+    command = pip_install_command(
+        python, package=layout.package, requirements=layout.requirements, find_links=settings.find_links
+    )
+    return run(command, limits=settings.limits, cwd=layout.root, env=_venv_env(python.parent.parent), task=task)
+
+
+def _pytest_argv(python: Path, lib: Path, layout: Layout, grader: Path) -> list[str]:
+    tests = grader / "tests"
+    return [
+        str(python),
+        "-I",
+        "-c",
+        BOOT,
+        str(lib),
+        str(layout.root),
+        "-c",
+        str(grader / "pytest.ini"),
+        f"--rootdir={tests}",
+        f"--confcutdir={tests}",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        REPORTER_MODULE,
+        "--color=no",
+        "--code-highlight=no",
+        "--tb=short",
+        "-q",
+        str(tests),
+    ]
+
+
+def _result(submission: Submission, verdict: Verdict, reason: str, **fields: Any) -> SubmissionResult:
+    return SubmissionResult(
+        id=submission.id, path=submission.path, kind=submission.kind, verdict=verdict, reason=reason, **fields
+    )
+
+
+def _grade_in(task: TaskDirectory, submission: Submission, suite: Suite, settings: GradeSettings,
+              base: BaseLibrary) -> SubmissionResult:
+    layout = lay_out(submission, task.work / "submission")
+    python = create_venv(task.path / "venv")
+    install = None
+    if layout.package or layout.requirements:
+        install = _install(layout, python, task, settings)
+        if install.status is not Status.OK:
+            verdict = Verdict.TIMED_OUT if install.status is Status.TIMED_OUT else Verdict.UNVERIFIED
+            reason = f"install ended with status {install.status.value}: {_last_line(install)}"
+            return _result(submission, verdict, reason, install=install.to_json())
+    grader = task.path / "grader"
+    lib = base.copy_to(grader / "lib")
+    suite.copy_to(grader / "tests")
+    (grader / "pytest.ini").write_text(PYTEST_INI)
+    nonce = secrets.token_hex(16)
+    recorder = EvidenceRecorder(nonce, suite.files)
+    outcome = run(
+        _pytest_argv(python, lib, layout, grader),
+        limits=settings.limits,
+        cwd=layout.root,
+        env=_venv_env(python.parent.parent),
+        task=task,
+        stdin=nonce + "\n",
+        channel=True,
+        on_message=recorder.feed,
+    )
+    judgement = judge(outcome.exit_code, recorder.evidence(), outcome)
+    return _result(
+        submission,
+        judgement.verdict,
+        judgement.reason,
+        tests=recorder.tests(),
+        running=recorder.running,
+        install=install.to_json() if install else None,
+        run=outcome.to_json(),
+    )
+
+
+def grade_submission(
+    submission: Submission, suite: Suite, settings: GradeSettings, base: BaseLibrary
+) -> SubmissionResult:
+    """Grade one submission in a new task directory, removed before returning.
+
+    A submission that cannot be laid out (an unsafe zip, a bad notebook) is
+    ``unverified`` with the one-line reason.
+
+    Raises:
+        OSError, SandboxError: the grader itself failed (see :func:`grade_safely`).
+    """
+    started = time.monotonic()
+    task = TaskDirectory.create(prefix="cellbox-grade-")
+    try:
+        result = _grade_in(task, submission, suite, settings, base)
+    except SubmissionError as exc:
+        result = _result(submission, Verdict.UNVERIFIED, str(exc))
+    finally:
+        task.remove()
+    result.duration = time.monotonic() - started
+    return result
+
+
+def grade_safely(
+    submission: Submission, suite: Suite, settings: GradeSettings, base: BaseLibrary
+) -> SubmissionResult:
+    """:func:`grade_submission`, with any failure of the grader's own code made that submission's row.
+
+    Whatever happens, the submission gets exactly one result: ``unverified``
+    with ``grader error: ...`` as the reason when the grader itself failed.
+    """
+    started = time.monotonic()
+    try:
+        return grade_submission(submission, suite, settings, base)
+    except Exception as exc:  # noqa: BLE001 - one submission's failure must not stop the others
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return _result(
+            submission,
+            Verdict.UNVERIFIED,
+            f"grader error: {type(exc).__name__}: {first}",
+            duration=time.monotonic() - started,
+        )
