@@ -1,0 +1,406 @@
+"""Child side of the kernel: run one notebook cell with IPython, inside the sandbox.
+
+The kernel starts ``python -m cellbox.cellrunner SPEC.json`` through
+:func:`cellbox.sandbox.start` with ``channel=True`` for every cell.  This
+process then:
+
+1. loads the session's carried state (a cloudpickle file the previous cells'
+   children wrote; only children ever unpickle it, design rule 6);
+2. runs the cell with IPython's own :class:`InteractiveShell`, so magics,
+   ``!cmd``, ``?``, ``_`` and ``%matplotlib inline`` behave as under ipykernel;
+3. sends rich output, errors, pager payloads and input requests to the kernel
+   as JSON lines on fd 3 (and reads input replies on fd 4); plain ``print``
+   output goes to stdout/stderr, which the sandbox streams to the kernel;
+4. when the cell succeeded, saves the names it can pickle to a new state file
+   and tells the kernel, which moves it into place.
+
+Exit status: 0 when the cell ran without an uncaught exception, 1 otherwise.
+
+Messages on fd 3 (one JSON object per line, ``"type"`` first):
+``display_data``, ``update_display_data``, ``clear_output``,
+``execute_result``, ``error``, ``input_request``, ``payload``,
+``user_expressions``, ``state``, ``memory_error``.
+"""
+
+from __future__ import annotations
+
+import base64
+import builtins
+import getpass
+import importlib.util
+import json
+import os
+import sys
+import warnings
+from typing import Any
+
+# Names IPython puts in every namespace; they are rebuilt, never carried.
+_SHELL_NAMES = frozenset(
+    {
+        "__builtins__",
+        "__builtin__",
+        "__name__",
+        "__doc__",
+        "__package__",
+        "__loader__",
+        "__spec__",
+        "In",
+        "Out",
+        "_ih",
+        "_oh",
+        "_dh",
+        "get_ipython",
+        "exit",
+        "quit",
+        "_i",
+        "_ii",
+        "_iii",
+        "_sh",
+    }
+)
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+STATE_VERSION = 1
+
+
+class Channel:
+    """The JSON-lines channel to the kernel: fd 3 to write, fd 4 to read replies."""
+
+    def __init__(self, spec: str | None) -> None:
+        write_fd, read_fd = (int(part) for part in (spec or "3,4").split(","))
+        self._out = os.fdopen(write_fd, "wb", buffering=0, closefd=False)
+        self._in = os.fdopen(read_fd, "rb", buffering=0, closefd=False)
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Write one message; stdout and stderr are flushed first to keep the order."""
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        self._out.write((json.dumps(message, default=repr) + "\n").encode())
+
+    def receive(self) -> dict[str, Any]:
+        """Read one reply line (blocks); an empty dict when the kernel closed the channel."""
+        line = self._in.readline()
+        return json.loads(line) if line.strip() else {}
+
+
+def _json_ready(value: Any) -> Any:
+    """Make a display bundle JSON-ready: bytes (a PNG) become base64 text, as ipykernel sends them."""
+    if isinstance(value, dict):
+        return {str(k): _json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode("ascii")
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return repr(value)
+
+
+def _make_shell(channel: Channel, spec: dict[str, Any], user_ns: dict[str, Any]) -> Any:
+    """Build an InteractiveShell whose display and errors go to ``channel``."""
+    from IPython.core.displayhook import DisplayHook
+    from IPython.core.displaypub import DisplayPublisher
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets import Type
+    from traitlets.config import Config
+
+    class ChannelDisplayPublisher(DisplayPublisher):
+        """``display(...)`` and IPython.display objects: a ``display_data`` message each."""
+
+        def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):  # type: ignore[no-untyped-def, override]
+            __tracebackhide__ = True  # noqa: F841 - read by IPython's traceback formatter
+            channel.send(
+                {
+                    "type": "update_display_data" if update else "display_data",
+                    "data": _json_ready(data),
+                    "metadata": _json_ready(metadata or {}),
+                    "transient": _json_ready(transient or {}),
+                }
+            )
+
+        def clear_output(self, wait: bool = False) -> None:
+            channel.send({"type": "clear_output", "wait": bool(wait)})
+
+    class ChannelDisplayHook(DisplayHook):
+        """The value of a cell's last expression: one ``execute_result`` message."""
+
+        def start_displayhook(self) -> None:
+            self._bundle: dict[str, Any] = {}
+
+        def write_output_prompt(self) -> None:
+            pass  # no "Out[n]:" on stdout; the frontend shows the prompt
+
+        def write_format_data(self, format_dict, md_dict=None) -> None:  # type: ignore[no-untyped-def, override]
+            self._bundle = {"data": _json_ready(format_dict), "metadata": _json_ready(md_dict or {})}
+
+        def finish_displayhook(self) -> None:
+            if self._bundle.get("data"):
+                channel.send({"type": "execute_result", "execution_count": self.prompt_count, **self._bundle})
+            self._bundle = {}
+
+    class CellShell(InteractiveShell):
+        display_pub_class = Type(ChannelDisplayPublisher)
+        displayhook_class = Type(ChannelDisplayHook)
+
+        def _showtraceback(self, etype, evalue, stb):  # type: ignore[no-untyped-def]
+            channel.send({"type": "error", "ename": etype.__name__, "evalue": str(evalue), "traceback": list(stb)})
+
+        def init_virtualenv(self) -> None:
+            pass  # the kernel's interpreter is the cells' interpreter; no virtualenv guessing
+
+        def enable_gui(self, gui=None):  # type: ignore[no-untyped-def]
+            if gui not in (None, "inline"):
+                raise _usage_error(
+                    f"%gui {gui} needs a kernel process that lives between cells; cellbox shows plots inline"
+                )
+
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    config.HistoryManager.enabled = True
+    config.InteractiveShell.display_page = False
+    return CellShell.instance(config=config, user_ns=user_ns)
+
+
+def _usage_error(message: str) -> Exception:
+    from IPython.core.error import UsageError
+
+    return UsageError(message)
+
+
+def _install_pager(shell: Any) -> None:
+    """``?``, ``??`` and ``%pdoc`` go to the execute reply's payload, as under ipykernel."""
+    from IPython.core import page
+
+    def payload_page(strng: Any, start: int = 0, screen_lines: int = 0, pager_cmd: Any = None) -> None:
+        data = strng if isinstance(strng, dict) else {"text/plain": strng}
+        shell.payload_manager.write_payload({"source": "page", "data": data, "start": max(0, start)})
+
+    shell.set_hook("show_in_pager", page.as_hook(payload_page), 99)
+
+
+def _install_stdin(channel: Channel, allow_stdin: bool) -> None:
+    """``input()`` and ``getpass`` ask the frontend through the kernel, or fail at once."""
+    from IPython.core.error import StdinNotImplementedError
+
+    def ask(prompt: Any, password: bool) -> str:
+        __tracebackhide__ = True  # noqa: F841
+        if not allow_stdin:
+            what = "getpass" if password else "raw_input"
+            raise StdinNotImplementedError(f"{what} was called, but this frontend does not support input requests.")
+        channel.send({"type": "input_request", "prompt": str(prompt), "password": password})
+        reply = channel.receive()
+        if reply.get("interrupted"):
+            raise KeyboardInterrupt("Interrupted by user")
+        if "error" in reply:
+            raise StdinNotImplementedError(str(reply["error"]))
+        if reply.get("eof") or "value" not in reply:
+            raise EOFError
+        return str(reply["value"])
+
+    def input(prompt: Any = "") -> str:  # noqa: A001 - replaces the builtin on purpose
+        __tracebackhide__ = True  # noqa: F841
+        return ask(prompt, False)
+
+    def getpass_(prompt: str = "Password: ", stream: Any = None) -> str:
+        __tracebackhide__ = True  # noqa: F841
+        return ask(prompt, True)
+
+    builtins.input = input
+    getpass.getpass = getpass_
+
+
+def _block_widgets() -> None:
+    """Widgets need comms with a long-lived kernel; say so instead of showing a dead widget."""
+    try:
+        import comm
+    except ImportError:
+        return
+
+    def create_comm(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # noqa: F841
+        raise RuntimeError(
+            "interactive widgets need a kernel process that lives between cells, and cellbox runs each cell "
+            "in a new process; draw a static plot or print the values instead"
+        )
+
+    comm.create_comm = create_comm
+
+
+# --------------------------------------------------------------------------- state
+
+
+def _load_state(path: str | None) -> dict[str, Any]:
+    """Read the carried state; a missing file is an empty state."""
+    if not path or not os.path.exists(path):
+        return {}
+    import cloudpickle
+
+    with open(path, "rb") as f:
+        state = cloudpickle.load(f)
+    return state if isinstance(state, dict) and state.get("version") == STATE_VERSION else {}
+
+
+def _namespace_from(state: dict[str, Any]) -> dict[str, Any]:
+    """The user namespace to run in: the globals dict the carried functions share, refilled.
+
+    cloudpickle gives every function it pickled from one namespace one shared
+    new globals dict; using that dict as the namespace keeps ``def f(): return x``
+    seeing later changes of ``x``, as in a long-lived kernel.
+    """
+    names: dict[str, Any] = state.get("names", {})
+    shared = None
+    for value in names.values():
+        candidates = [value] + (list(vars(value).values()) if isinstance(value, type) else [])
+        for item in candidates:
+            item = getattr(item, "__func__", item)
+            if getattr(item, "__module__", None) == "__main__" and isinstance(getattr(item, "__globals__", None), dict):
+                shared = item.__globals__
+                break
+        if shared is not None:
+            break
+    namespace = shared if shared is not None else {}
+    namespace.update(names)
+    return namespace
+
+
+def _restore(shell: Any, state: dict[str, Any], history: list[str]) -> None:
+    """Put In/Out, the environment, the working directory and extensions back."""
+    # IPython resets _, __ and ___ when it builds the namespace: set them again.
+    shell.user_ns.update(state.get("names", {}))
+    hm = shell.history_manager
+    parsed = [""] + [shell.transform_cell(source) if source else "" for source in history[1:]]
+    hm.input_hist_raw[:] = list(history)
+    hm.input_hist_parsed[:] = parsed
+    hm.output_hist.update(state.get("out", {}))
+    for key, value in state.get("environ", {}).items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    cwd = state.get("cwd")
+    if cwd and os.path.isdir(cwd):
+        os.chdir(cwd)
+    for name in state.get("extensions", []):
+        try:
+            shell.extension_manager.load_extension(name)
+        except Exception as exc:  # noqa: BLE001 - one line, not a traceback, for an extension that went away
+            print(f"cellbox: could not load extension {name} again: {exc}", file=sys.stderr)
+
+
+def _carried_names(shell: Any) -> dict[str, Any]:
+    hidden = shell.user_ns_hidden
+    keep_hidden = {"_", "__", "___"}
+    names = {}
+    for name, value in shell.user_ns.items():
+        if name in _SHELL_NAMES or (name in hidden and name not in keep_hidden and hidden[name] is value):
+            continue
+        if name.startswith("_i") and name[2:].isdigit():
+            continue  # rebuilt from In
+        names[name] = value
+    return names
+
+
+def _picklable(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Split ``values`` into what cloudpickle can carry and ``{name: reason}`` for the rest."""
+    import cloudpickle
+
+    try:
+        cloudpickle.dumps(values)
+        return values, {}
+    except Exception:  # noqa: BLE001 - find out which names are the problem
+        pass
+    good, dropped = {}, {}
+    for name, value in values.items():
+        try:
+            cloudpickle.dumps(value)
+            good[name] = value
+        except Exception as exc:  # noqa: BLE001
+            dropped[name] = f"{type(value).__name__}: {type(exc).__name__}"
+    return good, dropped
+
+
+def _save_state(shell: Any, path: str, launch_environ: dict[str, str], extensions: list[str]) -> dict[str, str]:
+    """Pickle what can be carried to ``path``; return ``{name: reason}`` of user names left out."""
+    import cloudpickle
+
+    names, dropped = _picklable(_carried_names(shell))
+    out, _ = _picklable(dict(shell.history_manager.output_hist))
+    environ: dict[str, str | None] = {k: v for k, v in os.environ.items() if launch_environ.get(k) != v}
+    environ.update({k: None for k in launch_environ if k not in os.environ})
+    state = {
+        "version": STATE_VERSION,
+        "names": names,
+        "out": out,
+        "environ": environ,
+        "cwd": os.getcwd(),
+        "extensions": extensions,
+    }
+    with open(path, "wb") as f:
+        cloudpickle.dump(state, f)
+    return {name: reason for name, reason in dropped.items() if not name.startswith("_")}
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _prepare_process(spec: dict[str, Any]) -> None:
+    """Environment tweaks before IPython or matplotlib are imported."""
+    # As ipykernel does: figures go to the inline backend, shown at plt.show()
+    # and at the end of the cell.
+    # find_spec, not import: importing the backend would import matplotlib in every cell.
+    inline = importlib.util.find_spec("matplotlib_inline") is not None
+    os.environ["MPLBACKEND"] = INLINE_BACKEND if inline else "Agg"
+    os.environ.setdefault("PAGER", "cat")
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="jupyter_client")
+
+
+def run(spec: dict[str, Any]) -> int:
+    """Run the cell described by ``spec``; return the exit status (0 ok, 1 error)."""
+    channel = Channel(os.environ.get("CELLBOX_CHANNEL"))
+    _prepare_process(spec)
+    state = _load_state(spec.get("state_in")) if spec.get("carry_state", True) else {}
+    shell = _make_shell(channel, spec, _namespace_from(state))
+    from . import magics
+
+    magics.register(shell, spec.get("limits", {}))
+    _install_pager(shell)
+    _install_stdin(channel, bool(spec.get("allow_stdin")))
+    _block_widgets()
+    # %env changes are carried as a difference from this process's start.
+    launch_environ = dict(os.environ)
+    _restore(shell, state, list(spec.get("history", [""])))
+    shell.execution_count = int(spec.get("execution_count", 1))
+    result = shell.run_cell(
+        spec["code"], store_history=bool(spec.get("store_history", True)), silent=bool(spec.get("silent"))
+    )
+    payload = shell.payload_manager.read_payload()
+    if payload:
+        channel.send({"type": "payload", "payload": _json_ready(payload)})
+    error = result.error_before_exec or result.error_in_exec
+    if error is not None:
+        if isinstance(error, MemoryError):
+            channel.send({"type": "memory_error"})
+        return 1
+    if spec.get("user_expressions"):
+        channel.send(
+            {"type": "user_expressions", "value": _json_ready(shell.user_expressions(spec["user_expressions"]))}
+        )
+    if spec.get("carry_state", True) and spec.get("state_out"):
+        extensions = sorted(shell.extension_manager.loaded)
+        dropped = _save_state(shell, spec["state_out"], launch_environ, extensions)
+        channel.send({"type": "state", "file": spec["state_out"], "dropped": dropped})
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: ``python -m cellbox.cellrunner SPEC.json``."""
+    args = sys.argv[1:] if argv is None else argv
+    with open(args[0], encoding="utf-8") as f:
+        spec = json.load(f)
+    return run(spec)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

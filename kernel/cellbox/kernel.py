@@ -1,0 +1,576 @@
+"""The ``cellbox`` Jupyter kernel: every cell in a fresh, limited child process.
+
+A wrapper kernel on :class:`ipykernel.kernelbase.Kernel` (the pattern of
+bash_kernel).  For each ``execute_request`` the kernel process:
+
+1. reads an optional first line ``%%limits wall=5 ...`` (a bad line is an error
+   reply and the cell does not run);
+2. writes the cell's spec to the session's task directory and starts ONE child,
+   ``python -m cellbox.cellrunner SPEC``, through :func:`cellbox.sandbox.start`
+   with a message channel, in the notebook's directory;
+3. forwards the child's stdout/stderr as ``stream`` messages while it runs, and
+   its JSON messages (rich output, errors, input requests) as they come;
+4. turns the :class:`~cellbox.outcome.Outcome` into the reply: a limit becomes
+   an error with a name and a sentence (``CellTimeoutError: ...``), and the
+   reply's metadata carries the Outcome under ``"cellbox"``;
+5. moves the child's new state file into place only when the cell succeeded.
+
+The kernel process never unpickles or evals anything a cell produced (design
+rule 6): it only renames the state file the children read and write.  Blocking
+waits run in worker threads, so interrupts, stdin and control messages are
+served while a cell runs.
+
+Start it with ``python -m cellbox.kernel -f CONNECTION_FILE`` (the kernelspec does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import json
+import os
+import platform
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ipykernel.kernelbase import Kernel
+from traitlets import Bool, Float, Int, TraitError, Unicode, default, validate
+
+from . import __version__
+from .environment import TaskDirectory
+from .limits import LimitError, Limits, format_size, format_time
+from .magics import cell_limits
+from .outcome import Outcome, Status
+from .sandbox import Run, SandboxError, start
+
+__all__ = ["CellboxKernel", "error_for_outcome", "main"]
+
+_DEFAULTS = Limits()
+
+# Human names of the signals a crashed cell most often dies of.
+_SIGNAL_WORDS = {
+    "SIGSEGV": "a segmentation fault: the process touched memory it does not own",
+    "SIGABRT": "an abort: a library found itself in an impossible state",
+    "SIGBUS": "a bus error: a bad memory access",
+    "SIGFPE": "an arithmetic error in compiled code",
+    "SIGKILL": "SIGKILL, sent by something outside the cell (for example the system's out-of-memory killer)",
+    "SIGTERM": "SIGTERM, a request to stop from outside the cell",
+    "SIGILL": "an illegal instruction in compiled code",
+}
+
+
+def _processes(n: int) -> str:
+    return "1 process" if n == 1 else f"{n} processes"
+
+
+def _stopped(outcome: Outcome) -> str:
+    """``it was stopped`` or ``it and the 3 processes it started were stopped``."""
+    if outcome.killed_processes:
+        return f"it and the {_processes(outcome.killed_processes)} it started were stopped"
+    return "it was stopped"
+
+
+def error_for_outcome(outcome: Outcome, limits: Limits) -> tuple[str, str] | None:
+    """The ``(ename, evalue)`` a student sees for a run that hit a limit or crashed.
+
+    Returns ``None`` for ``ok`` and ``error`` (the cell's own exception is shown
+    then).  The words follow the README's status table.
+    """
+    status = outcome.status
+    if status is Status.TIMED_OUT:
+        return "CellTimeoutError", (
+            f"the cell ran past its {format_time(limits.wall_time)} wall-clock limit; {_stopped(outcome)}. "
+            f"If it needs longer, put %%limits wall={_twice(limits.wall_time)} on the cell's first line"
+        )
+    if status is Status.CPU_LIMIT:
+        return "CellCPULimitError", (
+            f"the cell used up its {format_time(limits.cpu_time)} of CPU time (RLIMIT_CPU) and was stopped. "
+            f"If the work is meant to be that long, put %%limits cpu={_twice(limits.cpu_time)} on the cell's first line"
+        )
+    if status is Status.MEMORY_LIMIT:
+        cap = format_size(limits.memory) if limits.memory else "the machine's"
+        return "CellMemoryLimitError", (
+            f"the cell asked for more memory than its {cap} limit allows and was stopped. The limit caps the "
+            "address space of each process (RLIMIT_AS), so an allocation past it fails with MemoryError. "
+            f"If the cell really needs more, put %%limits memory={_more_memory(limits.memory)} on its first line"
+        )
+    if status is Status.OUTPUT_LIMIT:
+        return "CellOutputLimitError", (
+            f"the cell printed more than its {format_size(limits.output)} output limit; {_stopped(outcome)}. "
+            "Print less (a summary, or the first lines), or put "
+            f"%%limits output={format_size(limits.output * 4)} on the cell's first line"
+        )
+    if status is Status.INTERRUPTED:
+        return "KeyboardInterrupt", "the cell was interrupted"
+    if status is Status.CRASHED:
+        name = outcome.signal or "a signal"
+        words = _SIGNAL_WORDS.get(name, name)
+        return "CellCrashedError", f"the cell's process was ended by {name} ({words}); the kernel is still alive"
+    return None
+
+
+def _twice(seconds: float) -> str:
+    return f"{seconds * 2:g}"
+
+
+def _more_memory(memory: int | None) -> str:
+    return format_size(memory * 2) if memory else "4G"
+
+
+class CellboxKernel(Kernel):
+    """A Python kernel that runs every cell in a fresh child process under limits.
+
+    Settings (traitlets, ``--CellboxKernel.NAME=VALUE`` or a config file) are
+    the session's limits and switches; a ``%%limits`` line overrides limits for
+    one cell.
+    """
+
+    implementation = "cellbox"
+    implementation_version = __version__
+    language = "python"
+    language_version = platform.python_version()
+    language_info = {
+        "name": "python",
+        "version": platform.python_version(),
+        "mimetype": "text/x-python",
+        "codemirror_mode": {"name": "ipython", "version": 3},
+        "pygments_lexer": "ipython3",
+        "nbconvert_exporter": "python",
+        "file_extension": ".py",
+    }
+    help_links = [
+        {"text": "Python Reference", "url": "https://docs.python.org/3/"},
+        {"text": "IPython Reference", "url": "https://ipython.readthedocs.io/en/stable/"},
+    ]
+
+    wall_time = Float(
+        _DEFAULTS.wall_time, help="Seconds of real time a cell may run before it and its processes are stopped."
+    ).tag(config=True)
+    cpu_time = Float(_DEFAULTS.cpu_time, help="CPU seconds each process of a cell may use (RLIMIT_CPU).").tag(
+        config=True
+    )
+    memory = Unicode(
+        format_size(_DEFAULTS.memory or 0),
+        help="Address space per process of a cell (RLIMIT_AS), such as 256M or 2G; 'none' for no limit.",
+    ).tag(config=True)
+    output = Unicode(
+        format_size(_DEFAULTS.output), help="Bytes of stdout+stderr a cell may print before it is stopped (e.g. 1M)."
+    ).tag(config=True)
+    file_size = Unicode(
+        format_size(_DEFAULTS.file_size), help="Largest file a cell may write (RLIMIT_FSIZE), e.g. 64M."
+    ).tag(config=True)
+    open_files = Int(_DEFAULTS.open_files, help="Open file descriptors per process (RLIMIT_NOFILE).").tag(config=True)
+    # Not "processes": ipykernel's Kernel already has an attribute of that name.
+    max_processes = Int(_DEFAULTS.processes, help="Processes and threads a cell may have at once.").tag(config=True)
+    nice = Int(_DEFAULTS.nice, help="CPU niceness of cells, 0 (normal) to 19 (lowest priority).").tag(config=True)
+    io_class = Unicode(_DEFAULTS.io_class, help="I/O scheduling class of cells: idle, best-effort or none.").tag(
+        config=True
+    )
+    carry_state = Bool(
+        True,
+        help="Carry names from cell to cell (pickled inside the children). False gives every cell a fresh namespace.",
+    ).tag(config=True)
+    interrupt_grace = Float(
+        1.0, help="Seconds an interrupted cell gets to stop on SIGINT before its processes are killed."
+    ).tag(config=True)
+    notebook_dir = Unicode(
+        help="Working directory of every cell; by default the directory the kernel was started in, "
+        "which Jupyter sets to the notebook's directory."
+    ).tag(config=True)
+
+    @default("notebook_dir")
+    def _default_notebook_dir(self) -> str:
+        return os.getcwd()
+
+    @validate("wall_time", "cpu_time", "memory", "output", "file_size", "open_files", "max_processes", "nice", "io_class")
+    def _check_limit(self, proposal: Any) -> Any:
+        name = proposal["trait"].name
+        field = "processes" if name == "max_processes" else name
+        try:
+            Limits().updated({field: proposal["value"]}, source=f"CellboxKernel.{name}")
+        except LimitError as exc:
+            raise TraitError(str(exc)) from None
+        return proposal["value"]
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.task = TaskDirectory.create(prefix="cellbox-kernel-")
+        self._state_dir = self.task.path / "kernel"
+        self._state_dir.mkdir(mode=0o700)
+        self._inputs: list[str] = [""]  # In[0] is empty, as in IPython
+        self._good_sources: list[str] = []  # cells that ran successfully, for completion
+        self._warned: set[str] = set()
+        self._running: Run | None = None
+        self._input_cancel = threading.Event()
+        self._last_outcome: dict[str, Any] | None = None
+        atexit.register(self.task.remove)
+
+    # ------------------------------------------------------------------ info
+
+    @property
+    def session_limits(self) -> Limits:
+        """The session's limits from the settings (validated when they were set)."""
+        return Limits().updated(
+            {
+                "wall_time": self.wall_time,
+                "cpu_time": self.cpu_time,
+                "memory": self.memory,
+                "output": self.output,
+                "file_size": self.file_size,
+                "open_files": self.open_files,
+                "processes": self.max_processes,
+                "nice": self.nice,
+                "io_class": self.io_class,
+            },
+            source="CellboxKernel settings",
+        )
+
+    @property
+    def banner(self) -> str:  # type: ignore[override]
+        return (
+            f"Python {platform.python_version()} (cellbox {__version__})\n"
+            f"Every cell runs in a fresh process with limits: {self.session_limits.describe()}.\n"
+            "Change them for one cell with a first line such as: %%limits wall=60 memory=4G"
+        )
+
+    @property
+    def kernel_info(self) -> dict[str, Any]:  # type: ignore[override]
+        info = dict(super().kernel_info)
+        # No debugger: each cell's process is gone before a debugger could attach.
+        info["supported_features"] = [f for f in info.get("supported_features", []) if f != "debugger"]
+        info["debugger"] = False
+        return info
+
+    # ------------------------------------------------------------------ execute
+
+    async def do_execute(  # type: ignore[override]
+        self,
+        code: str,
+        silent: bool,
+        store_history: bool = True,
+        user_expressions: dict[str, str] | None = None,
+        allow_stdin: bool = False,
+        **_ignored: Any,
+    ) -> dict[str, Any]:
+        """Run one cell in a fresh child; see the module docstring for the steps."""
+        self._last_outcome = None
+        if store_history:
+            self._inputs.append(code)
+        try:
+            limits, body = cell_limits(code, self.session_limits)
+        except LimitError as exc:
+            return self._publish_error("LimitError", str(exc), [f"LimitError: {exc}"])
+        cell = _Cell(self, limits, silent, allow_stdin)
+        spec_path = self._write_spec(body, limits, silent, store_history, user_expressions or {}, allow_stdin)
+        try:
+            run = start(
+                [sys.executable, "-m", "cellbox.cellrunner", str(spec_path)],
+                limits=limits,
+                task=self.task,
+                cwd=self.notebook_dir,
+                channel=True,
+                on_stdout=cell.thread_safe(cell.stream, "stdout"),
+                on_stderr=cell.thread_safe(cell.stream, "stderr"),
+                on_message=cell.thread_safe(cell.message),
+            )
+        except SandboxError as exc:
+            return self._publish_error("SandboxError", str(exc), [f"SandboxError: {exc}"])
+        cell.run = run
+        self._running = run
+        self._input_cancel = cell.input_cancel
+        try:
+            outcome = await asyncio.to_thread(run.wait)
+        finally:
+            self._running = None
+            cell.input_cancel.set()
+        await asyncio.sleep(0)  # let the last forwarded messages go out first
+        return self._finish(cell, outcome, code)
+
+    def _write_spec(
+        self,
+        code: str,
+        limits: Limits,
+        silent: bool,
+        store_history: bool,
+        user_expressions: dict[str, str],
+        allow_stdin: bool,
+    ) -> Path:
+        spec = {
+            "code": code,
+            "execution_count": self.execution_count,
+            "store_history": store_history,
+            "silent": silent,
+            "allow_stdin": allow_stdin,
+            "user_expressions": user_expressions,
+            "carry_state": self.carry_state,
+            "state_in": str(self._state_dir / "state.pickle"),
+            "state_out": str(self._state_dir / f"state-{self.execution_count}.new"),
+            "history": self._inputs[:-1] if store_history else self._inputs,
+            "limits": limits.as_dict(),
+        }
+        path = self._state_dir / "cell.json"
+        path.write_text(json.dumps(spec), encoding="utf-8")
+        return path
+
+    def _finish(self, cell: _Cell, outcome: Outcome, code: str) -> dict[str, Any]:
+        """Publish the cell's error (if any), keep or drop its state, and build the reply."""
+        self._last_outcome = _outcome_metadata(outcome)
+        if outcome.status is Status.OK:
+            self._accept_state(cell)
+            self._good_sources.append(code)
+            return {
+                "status": "ok",
+                "execution_count": self.execution_count,
+                "payload": cell.payload,
+                "user_expressions": cell.user_expressions,
+            }
+        if cell.new_state:
+            Path(cell.new_state).unlink(missing_ok=True)
+        named = error_for_outcome(outcome, cell.limits)
+        if named is None:
+            if cell.error is not None:
+                return self._publish_error(**cell.error, payload=cell.payload)
+            code_text = f"exit status {outcome.exit_code}"
+            return self._publish_error(
+                "CellExitedError",
+                f"the cell's process ended with {code_text} before the cell finished",
+                [f"CellExitedError: the cell's process ended with {code_text} before the cell finished"],
+            )
+        ename, evalue = named
+        traceback = list(cell.error["traceback"]) if cell.error else []
+        if ename == "KeyboardInterrupt" and cell.error and cell.error["ename"] == "KeyboardInterrupt":
+            return self._publish_error(**cell.error)
+        return self._publish_error(ename, evalue, traceback + [f"{ename}: {evalue}"])
+
+    def _accept_state(self, cell: _Cell) -> None:
+        """Move the successful cell's state file into place (a rename; never read here)."""
+        if not (self.carry_state and cell.new_state):
+            return
+        new = Path(cell.new_state)
+        if new.parent == self._state_dir and new.exists():
+            os.replace(new, self._state_dir / "state.pickle")
+        fresh = {name: why for name, why in cell.dropped.items() if name not in self._warned}
+        if fresh:
+            self._warned.update(fresh)
+            listed = ", ".join(f"{name} ({why})" for name, why in sorted(fresh.items()))
+            self._stream(
+                "stderr",
+                f"cellbox: these names cannot be carried to the next cells, which will not see them: {listed}\n",
+            )
+
+    def _publish_error(
+        self, ename: str, evalue: str, traceback: list[str], payload: list[Any] | None = None
+    ) -> dict[str, Any]:
+        content = {"ename": ename, "evalue": evalue, "traceback": traceback}
+        self.send_response(self.iopub_socket, "error", content)
+        return {"status": "error", "execution_count": self.execution_count, "payload": payload or [], **content}
+
+    def _stream(self, name: str, text: str) -> None:
+        self.send_response(self.iopub_socket, "stream", {"name": name, "text": text})
+
+    def finish_metadata(self, parent: Any, metadata: dict[str, Any], reply_content: dict[str, Any]) -> dict[str, Any]:
+        """Add the cell's Outcome (without its output) under ``"cellbox"``."""
+        metadata = dict(super().finish_metadata(parent, metadata, reply_content))
+        metadata["status"] = reply_content.get("status")
+        if self._last_outcome is not None:
+            metadata["cellbox"] = self._last_outcome
+        return metadata
+
+    # ------------------------------------------------------------------ interrupt, stdin
+
+    def pre_handler_hook(self) -> None:
+        # SIGINT (signal interrupt mode, or the killpg of message mode) interrupts
+        # the running cell, never this process.
+        self.saved_sigint_handler = signal.signal(signal.SIGINT, self._on_sigint)
+
+    def post_handler_hook(self) -> None:
+        signal.signal(signal.SIGINT, self.saved_sigint_handler)
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self.interrupt_cell()
+
+    def interrupt_cell(self) -> None:
+        """Interrupt the running cell (thread-safe): SIGINT to its group, SIGKILL after a grace."""
+        run = self._running
+        if run is not None:
+            run.interrupt(grace=self.interrupt_grace)
+        self._input_cancel.set()
+
+    async def interrupt_request(self, stream: Any, ident: Any, parent: Any) -> None:  # type: ignore[override]
+        """Message-mode interrupt: interrupt the cell directly (the kernel process keeps running)."""
+        self.interrupt_cell()
+        if self.session:
+            self.session.send(stream, "interrupt_reply", {"status": "ok"}, parent, ident=ident)
+
+    def ask_frontend(self, prompt: str, password: bool, ident: Any, parent: Any, cancel: threading.Event) -> Any:
+        """Send an ``input_request`` on the stdin channel and wait for the reply (worker thread).
+
+        Like ipykernel's ``Kernel._input_request``, but stops waiting when
+        ``cancel`` is set (the cell was interrupted or ended).
+
+        Returns:
+            ``{"value": text}``, ``{"eof": True}`` or ``{"interrupted": True}``.
+        """
+        import zmq
+
+        assert self.session is not None
+        while True:  # drop stale replies, as ipykernel does
+            try:
+                self.stdin_socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.ZMQError:
+                break
+        self.session.send(self.stdin_socket, "input_request", {"prompt": prompt, "password": password}, parent, ident)
+        while not cancel.is_set():
+            readable, _, _ = zmq.select([self.stdin_socket], [], [], 0.05)
+            if not readable:
+                continue
+            _ident, reply = self.session.recv(self.stdin_socket)
+            if reply is None:
+                continue
+            value = str(reply["content"].get("value", ""))
+            return {"eof": True} if value == "\x04" else {"value": value}
+        return {"interrupted": True}
+
+    # ------------------------------------------------------------------ other requests
+
+    async def do_shutdown(self, restart: bool) -> dict[str, Any]:  # type: ignore[override]
+        """Kill a running cell and remove the session's task directory."""
+        run = self._running
+        if run is not None:
+            run.kill()
+        self._input_cancel.set()
+        self.task.remove()
+        return {"status": "ok", "restart": restart}
+
+    def do_is_complete(self, code: str) -> dict[str, Any]:  # type: ignore[override]
+        """``complete``, ``incomplete`` (with an indent) or ``invalid``, by IPython's rules (magics included)."""
+        from .completion import is_complete
+
+        return is_complete(code)
+
+    def do_complete(self, code: str, cursor_pos: int) -> dict[str, Any]:  # type: ignore[override]
+        """Completions from jedi over the source of the cells that ran (parsed, never executed)."""
+        from .completion import complete
+
+        return complete(self._good_sources, code, cursor_pos, self.notebook_dir)
+
+    def do_inspect(self, code: str, cursor_pos: int, detail_level: int = 0, omit_sections: Any = ()) -> dict[str, Any]:  # type: ignore[override]
+        """Signature and docstring of the name at the cursor, from jedi."""
+        from .completion import inspect
+
+        return inspect(self._good_sources, code, cursor_pos, self.notebook_dir, detail_level)
+
+    def do_history(self, *args: Any, **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
+        """The inputs of this session, newest last (``tail`` and ``range`` both give all of them)."""
+        return {"status": "ok", "history": [(0, n, src) for n, src in enumerate(self._inputs) if n]}
+
+
+class _Cell:
+    """One running cell: forwards the child's output and messages to the frontend.
+
+    Callbacks arrive in the sandbox's waiting thread; :meth:`thread_safe` hands
+    them to the kernel's event loop, in order, so all sends happen there.
+    """
+
+    def __init__(self, kernel: CellboxKernel, limits: Limits, silent: bool, allow_stdin: bool) -> None:
+        self.kernel = kernel
+        self.limits = limits
+        self.silent = silent
+        self.allow_stdin = allow_stdin
+        self.loop = asyncio.get_running_loop()
+        self.parent = kernel.get_parent("shell")
+        self.ident = kernel._get_shell_context_var(kernel._shell_parent_ident)
+        self.run: Run | None = None
+        self.error: dict[str, Any] | None = None
+        self.payload: list[Any] = []
+        self.user_expressions: dict[str, Any] = {}
+        self.new_state: str | None = None
+        self.dropped: dict[str, str] = {}
+        self.input_cancel = threading.Event()
+
+    def thread_safe(self, method: Callable[..., None], *first: Any) -> Callable[[Any], None]:
+        def forward(value: Any) -> None:
+            self.loop.call_soon_threadsafe(method, *first, value)  # type: ignore[arg-type]
+
+        return forward
+
+    def send(self, msg_type: str, content: dict[str, Any]) -> None:
+        session = self.kernel.session
+        if session is not None:
+            session.send(self.kernel.iopub_socket, msg_type, content, self.parent)
+
+    def stream(self, name: str, text: str) -> None:
+        self.send("stream", {"name": name, "text": text})
+
+    def message(self, message: Any) -> None:
+        """Handle one JSON message from the child (never evaluated, only forwarded)."""
+        if not isinstance(message, dict):
+            return
+        kind = message.get("type")
+        if kind in ("display_data", "update_display_data"):
+            self.send(kind, _pick(message, "data", "metadata", "transient"))
+        elif kind == "execute_result" and not self.silent:
+            content = _pick(message, "data", "metadata")
+            content["execution_count"] = self.kernel.execution_count
+            self.send("execute_result", content)
+        elif kind == "clear_output":
+            self.send("clear_output", {"wait": bool(message.get("wait"))})
+        elif kind == "error":
+            self.error = {
+                "ename": str(message.get("ename", "Error")),
+                "evalue": str(message.get("evalue", "")),
+                "traceback": [str(line) for line in message.get("traceback") or []],
+            }
+        elif kind == "memory_error" and self.run is not None:
+            self.run.note_memory_error()
+        elif kind == "input_request":
+            asyncio.ensure_future(self._answer(str(message.get("prompt", "")), bool(message.get("password"))))
+        elif kind == "payload" and isinstance(message.get("payload"), list):
+            self.payload = message["payload"]
+        elif kind == "user_expressions" and isinstance(message.get("value"), dict):
+            self.user_expressions = message["value"]
+        elif kind == "state":
+            self.new_state = str(message.get("file"))
+            dropped = message.get("dropped")
+            self.dropped = {str(k): str(v) for k, v in dropped.items()} if isinstance(dropped, dict) else {}
+
+    async def _answer(self, prompt: str, password: bool) -> None:
+        if self.run is None:
+            return
+        if not self.allow_stdin:
+            self.run.send({"error": "this frontend does not support input requests"})
+            return
+        reply = await asyncio.to_thread(
+            self.kernel.ask_frontend, prompt, password, self.ident, self.parent, self.input_cancel
+        )
+        self.run.send(reply)
+
+
+def _pick(message: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {key: message.get(key) or {} for key in keys}
+
+
+def _outcome_metadata(outcome: Outcome) -> dict[str, Any]:
+    data = outcome.to_json()
+    for key in ("stdout", "stderr"):
+        data.pop(key, None)
+    return data
+
+
+def main() -> None:
+    """Start the kernel: ``python -m cellbox.kernel -f CONNECTION_FILE``."""
+    from ipykernel.kernelapp import IPKernelApp
+
+    IPKernelApp.launch_instance(kernel_class=CellboxKernel)
+
+
+if __name__ == "__main__":
+    # Run the class from the imported module, so configuration such as
+    # --CellboxKernel.wall_time=30 and isinstance checks see one class.
+    from cellbox.kernel import main as _main
+
+    _main()
