@@ -42,5 +42,6 @@ def test_allowlist_env_adds_extra_names(nb, tmp_path):
 def test_allowlist_env_child_sees_no_secret(nb, monkeypatch, tmp_path):
     monkeypatch.setenv("ZZ_UNUSUAL_PRIVATE_NAME", "secret")
     code = "import os; print(os.environ.get('ZZ_UNUSUAL_PRIVATE_NAME'), os.path.expanduser('~'))"
-    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=nb.allowlist_env(str(tmp_path)))
+    env = nb.allowlist_env(str(tmp_path))
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert child.stdout.split() == ["None", str(tmp_path)]

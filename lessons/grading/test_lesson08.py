@@ -1,0 +1,47 @@
+"""Hidden tests for lesson 8 (launcher_command), run by ``cellbox grade`` against 08-threads-and-preexec-fn.ipynb."""
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+NOTEBOOK, MODULE = "08-threads-and-preexec-fn.ipynb", "nb_08_threads_and_preexec_fn"
+MB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def nb():
+    for name in (MODULE, "submission"):
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as error:
+            if error.name != name:
+                raise
+    pytest.fail(f"no notebook for this lesson: submit {NOTEBOOK}")
+
+
+
+def test_launcher_command_runs_the_command(nb):
+    command = nb.launcher_command(["sh", "-c", "echo $0-ok"], 256 * MB, 5)
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.stdout == "sh-ok\n"
+
+
+def test_launcher_command_sets_the_limits(nb):
+    probe = "import resource as r; print(r.getrlimit(r.RLIMIT_AS)[0], *r.getrlimit(r.RLIMIT_CPU))"
+    command = nb.launcher_command([sys.executable, "-c", probe], 300 * MB, 7)
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.stdout.split() == [str(300 * MB), "7", "8"]
+
+
+def test_launcher_command_execs_in_the_same_process(nb):
+    proc = subprocess.Popen(nb.launcher_command([sys.executable, "-c", "import os; print(os.getpid())"], 256 * MB, 5),
+                            stdout=subprocess.PIPE, text=True)
+    assert int(proc.communicate()[0]) == proc.pid
+
+
+def test_launcher_command_memory_limit_holds(nb):
+    command = nb.launcher_command([sys.executable, "-c", "x = bytearray(500 * 1024 * 1024)"], 200 * MB, 5)
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.stderr.strip().splitlines()[-1].startswith("MemoryError")

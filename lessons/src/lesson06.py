@@ -1,0 +1,160 @@
+lesson(6, "both-clocks", "Both clocks")
+
+md("""
+# Lesson 6: both clocks
+
+**Goal:** stop both kinds of runaway child, the one that spins and the one that waits, by watching two clocks.
+
+**The plan.** A process has two times: **wall time** (seconds on the clock on the wall, since it started) and
+**CPU time** (seconds a processor actually spent running it). We measure both for a child that computes and a
+child that sleeps. Then we see that `RLIMIT_CPU` (lesson 5) cannot stop a sleeper or a child blocked on a socket,
+and that a wall deadline alone leaves the operating system out of the loop. The fix is to use both.
+
+```mermaid
+flowchart LR
+    S["spinning loop<br/>CPU time grows"] -->|"RLIMIT_CPU: SIGXCPU"| K[stopped]
+    W["sleep / blocked socket<br/>CPU time stays near 0"] -->|"parent's wall deadline: kill"| K
+```
+""")
+
+md("""
+## 1. Two clocks, measured
+
+`resource.getrusage(resource.RUSAGE_CHILDREN)` tells how much CPU our finished children used in total. We read it
+before and after each run, and compare with a wall clock (`time.monotonic()`).
+""")
+
+code("""
+import resource, subprocess, sys, time
+
+def clocks(code):
+    \"\"\"Run `code`; return (wall seconds, CPU seconds) it used.\"\"\"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", code], capture_output=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return time.monotonic() - started, cpu
+
+for name, code in [("spinning", "import time\\nend = time.monotonic() + 1\\nwhile time.monotonic() < end: pass"),
+                   ("sleeping", "import time; time.sleep(1)")]:
+    wall, cpu = clocks(code)
+    print(f"{name}: wall {wall:.2f} s, CPU {cpu:.2f} s")
+""")
+
+md("""
+Both took a second on the wall; only the spinner used a second of CPU. Sleeping, waiting for input, waiting on a
+network connection or a lock: all of these burn **no CPU**.
+
+## 2. The failure: `RLIMIT_CPU` alone does not stop a sleeper
+
+Here a child that "hangs" for 3 seconds under a 1-second CPU limit. It is not stopped: it simply finishes after
+3 seconds. A child that waits forever (`time.sleep(10**9)`, `input()` on a pipe nobody writes, a socket that never
+answers) would make us wait forever too.
+""")
+
+code("""
+def cap_cpu_1s():
+    resource.setrlimit(resource.RLIMIT_CPU, (1, 2))
+
+started = time.monotonic()
+result = subprocess.run([sys.executable, "-c", "import time; time.sleep(3); print('still here')"],
+                        capture_output=True, text=True, preexec_fn=cap_cpu_1s)
+print(f"after {time.monotonic() - started:.1f} s: returncode {result.returncode}, said {result.stdout.strip()!r}")
+""")
+
+md("""
+And a child blocked on a socket: it waits to receive from a connection whose other end never sends. Only a
+**wall-clock deadline** can stop it, here `timeout=1`.
+""")
+
+code("""
+blocked = '''
+import socket
+ours, theirs = socket.socketpair()
+ours.recv(1)          # nobody will ever send: blocks, using no CPU at all
+'''
+try:
+    subprocess.run([sys.executable, "-c", blocked], capture_output=True, preexec_fn=cap_cpu_1s, timeout=1)
+except subprocess.TimeoutExpired:
+    print("stopped by the wall clock after 1 s; RLIMIT_CPU never fired")
+""")
+
+md("""
+## 3. Why not the wall clock alone?
+
+* The CPU limit is enforced **by the kernel**, in the child, even if our parent program is busy, stuck or dead.
+* A child with several threads burns CPU faster than the wall clock runs: on a machine shared by many
+  students, CPU seconds are what you want to ration.
+* It tells you *what kind* of runaway it was: `cpu_limit` ("your loop never ends") is more useful feedback than
+  `timed_out` ("something was slow").
+
+So: `RLIMIT_CPU` stops spinning, the wall deadline stops waiting. Use both, and give the wall deadline a little
+more than the CPU limit so a spinning child is reported as `cpu_limit`, not `timed_out`.
+
+## 4. Exercise: `run_both_clocks`
+
+Write `run_both_clocks(code, cpu, wall)` that runs `code` in a new Python process with `RLIMIT_CPU` at `cpu`
+seconds (hard limit one more) and a wall deadline of `wall` seconds, and returns `"ok"`, `"error"`,
+`"cpu_limit"` (killed by `SIGXCPU` or `SIGKILL`) or `"timed_out"` (the wall deadline passed).
+""")
+
+exercise("run_both_clocks", """
+import resource, signal, subprocess, sys
+
+def run_both_clocks(code, cpu, wall):
+    \"\"\"Run `code` under a CPU limit (s) and a wall deadline (s); return ok/error/cpu_limit/timed_out.\"\"\"
+    ### BEGIN SOLUTION
+    def limit():
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+
+    try:
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, preexec_fn=limit, timeout=wall)
+    except subprocess.TimeoutExpired:
+        return "timed_out"
+    if result.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+        return "cpu_limit"
+    return "ok" if result.returncode == 0 else "error"
+    ### END SOLUTION
+""")
+
+check("run_both_clocks", """
+import time
+
+def test():
+    got = run_both_clocks("print('hi')", 1, 5)
+    expect(got == "ok", f"a quick child gave {got!r}, expected 'ok'")
+    got = run_both_clocks("while True: pass", 1, 10)
+    expect(got == "cpu_limit", f"a spinning loop with cpu=1 and wall=10 gave {got!r}: set RLIMIT_CPU in the child")
+    started = time.monotonic()
+    got = run_both_clocks("import time; time.sleep(60)", 1, 1)
+    expect(got == "timed_out", f"a sleeping child with wall=1 gave {got!r}: sleeping uses no CPU, only the wall clock sees it")
+    expect(time.monotonic() - started < 10, "the sleeper was not stopped after 1 s: pass timeout=wall")
+    got = run_both_clocks("raise KeyError('x')", 1, 5)
+    expect(got == "error", f"an uncaught exception gave {got!r}, expected 'error'")
+    return "spinning stops at the CPU limit, waiting at the wall deadline"
+check("run_both_clocks", test)
+""")
+
+md("""
+## Common mistakes
+
+* **A wall deadline shorter than the CPU limit.** The spinner is then always reported as `timed_out`, and the
+  CPU limit never speaks.
+* **Measuring "how long it ran" with CPU time.** A sleeping child shows almost 0 s of CPU; use a monotonic wall
+  clock (`time.monotonic()`, never `time.time()`, which jumps when the system clock is set).
+* **Thinking RLIMIT_CPU is per family.** It is per process: a child that starts 50 spinning children gets 50
+  times the CPU. Lesson 7 deals with families.
+
+## Try this next
+
+* Spin in two threads at once (`threading.Thread`) and compare wall and CPU time. (In Python, the GIL keeps
+  pure-Python threads from running truly in parallel; try `hashlib.sha256` on big data, which releases it.)
+* What does a child blocked on `input()` do when its stdin is `subprocess.DEVNULL`?
+
+## The real thing
+
+In `cellbox.sandbox` the parent keeps the `wall_time` deadline while `cellbox._launch` sets `cpu_time` as
+RLIMIT_CPU (soft n, hard n + 1); the `Outcome` says `cpu_limit` or `timed_out`, and `classify` puts what the parent
+did first.
+""")

@@ -1,0 +1,261 @@
+lesson(7, "kill-the-whole-group", "Kill the whole group")
+
+md("""
+# Lesson 7: kill the whole group
+
+**Goal:** when a run ends, make sure every process it started has ended too.
+
+**The plan.** A child may start children of its own: a server, a worker pool, a background job. We watch one
+outlive the timeout that killed its parent, and watch another keep our program waiting by holding the output pipe.
+Then we put the child in a **process group** of its own and kill the whole group at once. Last, a grandchild that
+leaves the group with `os.setsid()` escapes even that, and we catch it as a **child subreaper**.
+
+```mermaid
+flowchart TB
+    N["notebook (parent)"] --> C["child: session leader, group G"]
+    C --> G1["grandchild in group G<br/>killed by os.killpg(G)"]
+    C --> G2["grandchild after os.setsid()<br/>a new group: escapes killpg"]
+    G2 -. "re-parented on its parent's death" .-> N
+```
+""")
+
+md("""
+## 1. Tools for watching processes
+
+`alive(pid)` looks in `/proc/PID/stat`; a process that has ended but has not been collected by its parent yet is
+a *zombie* (state `Z`) and counts as gone. `spawn_grandchild` is code for a child that starts a grandchild, which
+prints its own pid on the stdout it shares with the child and sleeps for `seconds`; the child sleeps too.
+""")
+
+code("""
+import os, signal, subprocess, sys, time
+
+def alive(pid):
+    \"\"\"True if process `pid` exists and is not a zombie.\"\"\"
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+def spawn_grandchild(seconds, child_sleeps, setsid=False):
+    \"\"\"Source of a child that starts a grandchild which (optionally leaves the group,) prints its pid and sleeps.\"\"\"
+    grandchild = f"import os, time; {'os.setsid(); ' if setsid else ''}print(os.getpid(), flush=True); time.sleep({seconds})"
+    return (f"import subprocess, sys, time\\n"
+            f"subprocess.Popen([sys.executable, '-c', {grandchild!r}])\\n"
+            f"time.sleep({child_sleeps})\\n")
+
+print(alive(os.getpid()), alive(999999999))
+""")
+
+md("""
+## 2. The failure: an orphan outlives the timeout
+
+`timeout=1` kills the **child**. The grandchild is another process; nobody kills it. It is re-parented (to
+`init`, or to the nearest subreaper) and lives on, here for 5 more seconds; a real server would live forever.
+""")
+
+code("""
+try:
+    subprocess.run([sys.executable, "-c", spawn_grandchild(5, 60)], capture_output=True, text=True, timeout=1)
+except subprocess.TimeoutExpired as expired:
+    orphan = int(expired.stdout.decode() if isinstance(expired.stdout, bytes) else expired.stdout)
+time.sleep(0.2)
+print(f"the child was killed at the timeout; grandchild {orphan} alive: {alive(orphan)}")
+os.kill(orphan, signal.SIGKILL)   # tidy up by hand, this time
+""")
+
+md("""
+Worse: a grandchild keeps a copy of the child's stdout. `subprocess.run` reads until **every** writer has closed
+the pipe, so even a child that exits at once keeps us waiting as long as its grandchild lives (2 seconds here).
+""")
+
+code("""
+started = time.monotonic()
+subprocess.run([sys.executable, "-c", spawn_grandchild(2, 0)], capture_output=True, text=True)
+print(f"the child exited at once, but run() returned after {time.monotonic() - started:.1f} s")
+""")
+
+md("""
+## 3. The fix: a process group, killed as one
+
+`start_new_session=True` makes the child call `setsid()` before it runs the program: it becomes the leader of a
+new session and a new **process group** whose id is its own pid. Its children join that group unless they leave
+it. `os.killpg(group, signal.SIGKILL)` signals every process in the group at once. (`process_group=0`, new in
+Python 3.11, makes only a new group, without a new session.)
+
+We use `Popen` and `communicate(timeout=...)` instead of `run` so that we can kill the group ourselves, and we kill
+it **always**, also when the child ended normally: its children may still be there.
+""")
+
+code("""
+proc = subprocess.Popen([sys.executable, "-c", spawn_grandchild(5, 60)],
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+pid_line = proc.stdout.readline()
+try:
+    proc.communicate(timeout=1)
+except subprocess.TimeoutExpired:
+    print("timed out; killing group", proc.pid)
+finally:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+time.sleep(0.2)
+print(f"grandchild {int(pid_line)} alive: {alive(int(pid_line))}")
+""")
+
+md("""
+## 4. The escape: `os.setsid()` leaves the group
+
+A process may start its own session at any time, and daemons do exactly that. Then it is no longer in our group,
+and `killpg` misses it.
+""")
+
+code("""
+proc = subprocess.Popen([sys.executable, "-c", spawn_grandchild(5, 60, setsid=True)],
+                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+escaped = int(proc.stdout.readline())
+os.killpg(proc.pid, signal.SIGKILL)
+proc.wait()
+time.sleep(0.2)
+print(f"grandchild {escaped} after killpg, alive: {alive(escaped)}")
+os.kill(escaped, signal.SIGKILL)   # we only knew its pid because it told us
+""")
+
+md("""
+## 5. What catches it
+
+Something must find descendants that left the group. Three mechanisms, from light to heavy:
+
+* **A child subreaper** (`prctl(PR_SET_CHILD_SUBREAPER)`, Linux): orphans among our descendants are re-parented to
+  *us* instead of `init`, so after the child dies we can list our own children and kill them. No privilege needed.
+* **A PID namespace** (`unshare --pid --fork --kill-child`): the child is process 1 of a new namespace; when it
+  dies, the kernel kills everything in the namespace. Needs privilege or a user namespace.
+* **A cgroup**: every descendant stays in the cgroup whatever it does; writing `1` to `cgroup.kill` kills them
+  all. Needs write access to the cgroup tree.
+
+Here is the subreaper, set on this notebook's process with `ctypes`. The grandchild escapes the group, its parent
+is killed, and it lands on us: we find it by scanning `/proc` for processes whose parent is our pid.
+""")
+
+code("""
+import ctypes
+
+PR_SET_CHILD_SUBREAPER = 36
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+    print("prctl failed: errno", ctypes.get_errno())
+
+def children_of(parent):
+    \"\"\"Pids of the live processes whose parent is `parent`.\"\"\"
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == parent and fields[0] != "Z":
+                found.append(int(name))
+    return found
+
+proc = subprocess.Popen([sys.executable, "-c", spawn_grandchild(5, 60, setsid=True)],
+                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+escaped = int(proc.stdout.readline())
+os.killpg(proc.pid, signal.SIGKILL)
+proc.wait()
+time.sleep(0.2)
+strays = children_of(os.getpid())
+print(f"escaped grandchild {escaped}; our children now: {strays}")
+for pid in strays:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)          # we are its parent now, so we collect it
+print(f"after the sweep, {escaped} alive: {alive(escaped)}")
+""")
+
+md("""
+Under the cellbox kernel, this cell itself runs under a supervisor that is a subreaper and sweeps like this when
+the cell ends: a server started in a cell never outlives the cell.
+
+## 6. Exercise: `run_tree`
+
+Write `run_tree(code, wall)`: run `code` in a new Python process in its own session, capture its output, wait at
+most `wall` seconds for it, then **always** kill its whole process group and collect the child. Return `"ok"`,
+`"error"` or `"timed_out"` (when the deadline passed before the output closed). The check starts a daemon-like
+grandchild whose stdout and stderr go to `/dev/null`: your function must return at once and still kill it.
+""")
+
+exercise("run_tree", """
+import os, signal, subprocess, sys
+
+def run_tree(code, wall):
+    \"\"\"Run `code` in its own process group for at most `wall` s; kill the group; return ok/error/timed_out.\"\"\"
+    ### BEGIN SOLUTION
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        proc.communicate(timeout=wall)
+        status = "ok" if proc.returncode == 0 else "error"
+    except subprocess.TimeoutExpired:
+        status = "timed_out"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # the whole group had already ended
+        proc.communicate()
+    return status
+    ### END SOLUTION
+""")
+
+check("run_tree", """
+def test():
+    got = run_tree("print('hi')", 5)
+    expect(got == "ok", f"a quick child gave {got!r}, expected 'ok'")
+    got = run_tree("import sys; sys.exit(4)", 5)
+    expect(got == "error", f"a child that exits with 4 gave {got!r}, expected 'error'")
+    import tempfile
+    pid_file = os.path.join(tempfile.mkdtemp(), "pid")
+    code = ("import subprocess, sys\\n"
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'],\\n"
+            "                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\\n"
+            f"open({pid_file!r}, 'w').write(str(p.pid))\\n")
+    started = time.monotonic()
+    got = run_tree(code, 5)
+    took = time.monotonic() - started
+    pid = int(open(pid_file).read())
+    os.remove(pid_file)
+    time.sleep(0.2)
+    if alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        raise Feedback("the grandchild was still alive after run_tree returned: kill the group even when the child exited")
+    expect(got == "ok" and took < 4, f"gave {got!r} after {took:.1f} s for a child that exits at once")
+    got = run_tree(spawn_grandchild(30, 60), 1)
+    expect(got == "timed_out", f"a child that never ends gave {got!r} with wall=1, expected 'timed_out'")
+    return "the deadline holds and nothing the child started survives"
+check("run_tree", test)
+""")
+
+md("""
+## Common mistakes
+
+* **`proc.kill()` instead of `os.killpg(proc.pid, ...)`.** That kills only the direct child.
+* **Killing the group only on timeout.** A child that exits normally can leave a daemon behind.
+* **`os.killpg(os.getpgid(proc.pid), ...)` after the child has exited.** The pid is gone, so `getpgid` fails; with
+  `start_new_session=True` the group id *is* the child's pid, so use that.
+* **Forgetting the pipe.** Any descendant holding stdout keeps `communicate()` waiting: keep the deadline.
+* **Thinking a group is a boundary.** Any process may leave it (`setsid`); only a subreaper, a PID namespace or a
+  cgroup keeps track of every descendant.
+
+## Try this next
+
+* Start `python -m http.server 8765` from a child under a 1-second timeout and check `alive` on it afterwards.
+* Read `/proc/self/status` in a child and find the `NSpid` line: what does it show under `unshare --pid --fork`?
+
+## The real thing
+
+`cellbox._launch` runs every command as the leader of its own process group under a supervisor that is a child
+subreaper; when the run ends it kills the group and every re-parented descendant (and, where it can, a pids cgroup
+holds them all). `Outcome.killed_processes` says how many it had to kill.
+""")

@@ -1,0 +1,162 @@
+lesson(8, "threads-and-preexec-fn", "Threads and preexec_fn")
+
+md("""
+# Lesson 8: threads and `preexec_fn`
+
+**Goal:** set a child's limits without running Python code between `fork` and `exec`, so that starting children
+is safe from a program that has threads (a Jupyter kernel, a web server, a grading pool).
+
+**The plan.** We look at how `subprocess` starts a program (`fork`, then `exec`) and where `preexec_fn` runs: in
+the child, after `fork`, with a copy of the parent's memory but **only one thread**. We make that deadlock on
+purpose (safely, with a time limit). Then we replace `preexec_fn` with a tiny **launcher** program that sets the
+limits and then `exec`s the real command, and check that the limits survive `exec`.
+
+```mermaid
+sequenceDiagram
+    participant P as parent (many threads)
+    participant C as child (one thread)
+    P->>C: fork(): copies memory, locks included
+    Note over C: preexec_fn runs Python here:<br/>a lock held by another parent thread<br/>stays locked forever
+    C->>C: exec(program): a new program, same process, same limits
+```
+""")
+
+md("""
+## 1. The failure: a lock nobody can release
+
+A thread of ours holds a lock for a moment (a logging call, an import, a memory allocation: CPython and C libraries
+take locks all the time). Meanwhile the main thread starts a child whose `preexec_fn` needs the same lock. `fork`
+copied the lock **in its locked state**, but not the thread that would release it. We use `acquire(timeout=2)` so
+the demonstration ends; with a plain `with lock:` the child, and `Popen` waiting for it, would hang forever.
+""")
+
+code("""
+import subprocess, sys, threading, time
+
+lock = threading.Lock()
+
+def busy_thread():
+    with lock:
+        time.sleep(3)          # holds the lock for 3 s
+
+def preexec():
+    if not lock.acquire(timeout=2):
+        raise RuntimeError("deadlock: this lock's owner is a thread that does not exist in the child")
+
+worker = threading.Thread(target=busy_thread)
+worker.start()
+time.sleep(0.1)
+started = time.monotonic()
+try:
+    subprocess.run([sys.executable, "-c", "print('started')"], preexec_fn=preexec, capture_output=True, text=True)
+except subprocess.SubprocessError as error:
+    print(f"after {time.monotonic() - started:.1f} s: {type(error).__name__}: {error}")
+worker.join()
+""")
+
+md("""
+The Python documentation says it plainly: *the `preexec_fn` parameter is NOT SAFE to use in the presence of
+threads in your application; the child process could deadlock before exec is called.* A Jupyter kernel always has
+threads (its heartbeat, its I/O), so does every grading pool.
+
+## 2. The fix: a launcher that `exec`s
+
+`exec` replaces the program a process is running with another one, **in the same process**: same pid, same
+environment, and the same resource limits. So we can start a small, single-threaded Python program (the
+launcher) with plain `subprocess` (whose own work between fork and exec is done in C and is safe), let *it* call
+`setrlimit`, and then `os.execvp` the real command.
+""")
+
+code("""
+LAUNCHER = '''
+import os, resource, sys
+memory, cpu, command = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+os.execvp(command[0], command)      # never returns: this process now runs `command`
+'''
+
+MB = 1024 * 1024
+show = "import os, resource; print('pid', os.getpid(), 'RLIMIT_AS', resource.getrlimit(resource.RLIMIT_AS)[0] // (1024 * 1024), 'MB', 'RLIMIT_CPU', resource.getrlimit(resource.RLIMIT_CPU))"
+proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(256 * MB), "2", sys.executable, "-c", show],
+                        stdout=subprocess.PIPE, text=True)
+print("launcher pid", proc.pid)
+print("after exec:  ", proc.communicate()[0].strip())
+""")
+
+md("""
+The same pid before and after `exec`, and the limits the launcher set are still there. It works with threads in
+the parent too, because nothing of ours runs in the child before `exec`:
+""")
+
+code("""
+worker = threading.Thread(target=busy_thread)
+worker.start()
+time.sleep(0.1)
+result = subprocess.run([sys.executable, "-c", LAUNCHER, str(200 * MB), "2",
+                         sys.executable, "-c", "x = bytearray(400 * 1024 * 1024)"], capture_output=True, text=True)
+print("with a lock held by another thread, the child started and hit its limit:", result.stderr.strip().splitlines()[-1])
+worker.join()
+""")
+
+md("""
+## 3. Exercise: `launcher_command`
+
+Write `launcher_command(argv, memory, cpu)` returning the argument list that starts a launcher (Python with `-c`
+and your own launcher source) which sets `RLIMIT_AS` to `memory` bytes and `RLIMIT_CPU` to `cpu` seconds (hard
+limit one more) and then execs `argv`. Do not use `preexec_fn`.
+""")
+
+exercise("launcher_command", """
+import sys
+
+def launcher_command(argv, memory, cpu):
+    \"\"\"Return a command (list of str) that runs `argv` under RLIMIT_AS=`memory` bytes and RLIMIT_CPU=`cpu` s.\"\"\"
+    ### BEGIN SOLUTION
+    source = (
+        "import os, resource, sys\\n"
+        "memory, cpu = int(sys.argv[1]), int(sys.argv[2])\\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (memory, memory))\\n"
+        "resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))\\n"
+        "os.execvp(sys.argv[3], sys.argv[3:])\\n"
+    )
+    return [sys.executable, "-c", source, str(memory), str(cpu), *argv]
+    ### END SOLUTION
+""")
+
+check("launcher_command", """
+def test():
+    command = launcher_command(["echo", "hi"], 256 * MB, 3)
+    expect(isinstance(command, list) and all(isinstance(a, str) for a in command),
+           "launcher_command should return a list of strings, ready for subprocess.run")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=10)
+    expect(result.stdout == "hi\\n", f"running ['echo', 'hi'] printed {result.stdout!r} {result.stderr[-200:]!r}: exec argv at the end")
+    probe = "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0], *resource.getrlimit(resource.RLIMIT_CPU))"
+    result = subprocess.run(launcher_command([sys.executable, "-c", probe], 256 * MB, 3), capture_output=True, text=True, timeout=10)
+    expect(result.stdout.split() == [str(256 * MB), "3", "4"],
+           f"the command saw RLIMIT_AS, RLIMIT_CPU soft and hard = {result.stdout.split()}, expected {256 * MB}, 3, 4")
+    return "limits set by a launcher, then exec: no Python between fork and exec"
+check("launcher_command", test)
+""")
+
+md("""
+## Common mistakes
+
+* **Setting the limits after `exec`.** Nothing of the launcher runs after a successful `exec`: set them first.
+* **`os.system` or `subprocess.run` in the launcher instead of `exec`.** That adds a process (the launcher stays
+  as a parent) and the command's return code must be passed back by hand; `exec` simply becomes the command.
+* **`os.execv` with a bare name.** `execv` needs a path; `execvp` looks the name up on `PATH`.
+* **"My program has no threads."** Your libraries may: a thread pool, a logging handler, a Jupyter kernel.
+
+## Try this next
+
+* Start the launcher with `start_new_session=True`: the group is made in C before the launcher runs, so that is
+  safe too. Check with `os.getpgid(0)` in the command.
+* Python 3.12 warns (`DeprecationWarning`) when `fork` is used in a process with threads. Why might that be?
+
+## The real thing
+
+`cellbox._launch` is cellbox's launcher: a standard-library-only file the parent starts with
+`python -I -S _launch.py SPEC`; it applies every limit (rlimits, nice, I/O class, optional user) and then execs the
+command, while a supervisor half of it stays behind to collect the process tree (design rule 1).
+""")

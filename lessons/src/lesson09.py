@@ -1,0 +1,137 @@
+lesson(9, "keep-the-machine-responsive", "Keep the machine responsive")
+
+md("""
+# Lesson 9: keep the machine responsive
+
+**Goal:** run students' code at the lowest CPU and disk priority, so that the machine stays usable for everyone
+else while it runs.
+
+**The plan.** Limits (lessons 5 and 6) say *how much* a child may use; priority says *who goes first* when the
+machine is busy. We read a process's CPU priority (its **niceness**), start children with `nice -n 19` and
+`ionice -c 3`, watch a low-priority spinner lose the CPU to a normal one, and see that children inherit both
+settings. Then why this is courtesy and not security.
+""")
+
+md("""
+## 1. Niceness
+
+Every process has a niceness from -20 (greedy) to 19 (nicest). When two processes want the same CPU, the
+scheduler gives the nicer one a much smaller share. `os.nice(0)` reads the current value; the `nice` program
+starts a command with a higher one. Raising your niceness needs no privilege; lowering it does.
+""")
+
+code("""
+import os, shutil, subprocess, sys
+
+print("this notebook's niceness:", os.nice(0))
+ask = [sys.executable, "-c", "import os; print(os.nice(0))"]
+print("a child's niceness:              ", subprocess.run(ask, capture_output=True, text=True).stdout.strip())
+print("with nice -n 19:                 ", subprocess.run(["nice", "-n", "19", *ask], capture_output=True, text=True).stdout.strip())
+""")
+
+md("""
+Under the cellbox kernel you probably see 19 everywhere: the kernel already runs every cell at the lowest
+priority, and children inherit it.
+
+## 2. Watch it work: two spinners on one CPU
+
+We pin two spinning children to the same CPU (`taskset`-style, with `os.sched_setaffinity` in a tiny launcher)
+for one second, one at our niceness and one at 19, and ask each how much CPU it got.
+""")
+
+code("""
+import time
+
+spin = ("import os, time\\n"
+        "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\\n"
+        "end = time.monotonic() + 1\\n"
+        "while time.monotonic() < end: pass\\n"
+        "print(round(time.process_time(), 2), os.nice(0))")
+normal = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE, text=True)
+nicest = subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", spin], stdout=subprocess.PIPE, text=True)
+for name, proc in (("normal", normal), ("nice 19", nicest)):
+    cpu, niceness = proc.communicate()[0].split()
+    print(f"{name:>8} (niceness {niceness:>2}): {cpu} s of CPU in 1 s")
+""")
+
+md("""
+When both run at the same niceness (as they do inside a cellbox cell, where everything is already at 19), they
+share the CPU about equally. Otherwise the normal one gets nearly all of it: the nice one only runs when nobody
+else wants the CPU.
+
+## 3. Disk priority: `ionice -c 3`
+
+A child that reads or writes a lot can make the disk slow for everyone. `ionice -c 3` puts a process in the
+**idle** I/O class: it gets disk time only when no one else needs it. `ionice` with no command shows the current
+class.
+""")
+
+code("""
+if shutil.which("ionice"):
+    print("a child's I/O class:     ", subprocess.run(["ionice"], capture_output=True, text=True).stdout.strip())
+    print("with ionice -c 3:        ", subprocess.run(["ionice", "-c", "3", "ionice"], capture_output=True, text=True).stdout.strip())
+    print("a grandchild of that:    ", subprocess.run(["ionice", "-c", "3", "sh", "-c", "ionice"], capture_output=True, text=True).stdout.strip())
+else:
+    print("ionice is not installed here (it comes with util-linux)")
+""")
+
+md("""
+Both settings are **inherited**: a child started by a nice, idle process is nice and idle too, and it cannot make
+itself greedier again without privilege.
+
+## 4. Courtesy, not security
+
+Priority does not *limit* anything. A niced child still gets the whole machine when it is idle, can still fill the
+memory, the disk and the process table, and still sees your files. Use `nice` and `ionice` **on top of** limits,
+so that a busy grading run does not make the machine sluggish for the person using it.
+
+## 5. Exercise: `courteous`
+
+Write `courteous(argv)` returning a new command that runs `argv` at niceness 19 and, when the `ionice` program
+exists (`shutil.which("ionice")`), in the idle I/O class.
+""")
+
+exercise("courteous", """
+import shutil
+
+def courteous(argv):
+    \"\"\"Return a command (list of str) that runs `argv` with nice -n 19 and, when available, ionice -c 3.\"\"\"
+    ### BEGIN SOLUTION
+    command = ["nice", "-n", "19"]
+    if shutil.which("ionice"):
+        command += ["ionice", "-c", "3"]
+    return command + list(argv)
+    ### END SOLUTION
+""")
+
+check("courteous", """
+def test():
+    command = courteous(["echo", "hi"])
+    expect(isinstance(command, list) and command[-2:] == ["echo", "hi"], f"the command should end with argv, got {command!r}")
+    niceness = subprocess.run(courteous([sys.executable, "-c", "import os; print(os.nice(0))"]), capture_output=True, text=True)
+    expect(niceness.stdout.strip() == "19", f"the child's niceness was {niceness.stdout.strip() or niceness.stderr!r}, expected 19")
+    if shutil.which("ionice"):
+        io = subprocess.run(courteous(["ionice"]), capture_output=True, text=True).stdout.strip()
+        expect(io == "idle", f"the child's I/O class was {io!r}: add ionice -c 3")
+    return "the child runs at the lowest CPU and I/O priority"
+check("courteous", test)
+""")
+
+md("""
+## Common mistakes
+
+* **`nice 19 cmd`.** Without `-n`, `19` is taken as the command name. Write `nice -n 19 cmd`.
+* **`os.nice(19)` in the notebook.** That makes *you* nice, for good: you cannot lower it again without privilege.
+* **Counting on `ionice` everywhere.** Some systems lack it, and some I/O schedulers ignore the classes; check and
+  report instead of failing.
+
+## Try this next
+
+* `os.setpriority(os.PRIO_PROCESS, pid, 19)` sets another process's niceness; try it on a child you started.
+* Run the two spinners without pinning them: with two CPUs, does niceness still matter?
+
+## The real thing
+
+`cellbox.limits.Limits` has `nice` (default 19) and `io_class` (default `idle`); `cellbox._launch` applies them with
+setpriority(2) and ioprio_set(2) before exec, and reports in the `Outcome`'s notes when it could not.
+""")
