@@ -25,6 +25,7 @@ import enum
 from collections.abc import Mapping
 from typing import NamedTuple
 
+from .limits import format_time
 from .outcome import Outcome, Status
 
 __all__ = [
@@ -117,7 +118,8 @@ class Evidence:
         collect_errors: one line per file that failed to collect.
         problems: inconsistencies (a foreign nonce, a duplicate, an unknown node
             id); any problem means the record cannot be trusted.
-        missing_files: instructor test files from which no test was collected.
+        missing_tests: instructor tests (``file::name``, as written in the
+            test files) that were not collected.
     """
 
     started: bool = False
@@ -128,7 +130,7 @@ class Evidence:
     running: str | None = None
     collect_errors: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()
-    missing_files: tuple[str, ...] = ()
+    missing_tests: tuple[str, ...] = ()
 
     def count(self, outcome: str) -> int:
         """How many tests finished with ``outcome`` (exact string)."""
@@ -148,8 +150,8 @@ class Evidence:
             return "pytest never finished collecting the tests"
         if not self.collected:
             return "no instructor test was collected"
-        if self.missing_files:
-            return f"no test was collected from {self.missing_files[0]}"
+        if self.missing_tests:
+            return f"{len(self.missing_tests)} instructor tests were not collected (first: {self.missing_tests[0]})"
         missing = [nodeid for nodeid in self.collected if nodeid not in self.outcomes]
         if missing:
             return f"{len(missing)} of {len(self.collected)} tests never reported a result (first: {missing[0]})"
@@ -183,7 +185,9 @@ def judge(exit_code: int | None, evidence: Evidence, outcome: Outcome) -> Judgem
     """
     if outcome.status is Status.TIMED_OUT:
         where = f" while running {evidence.running}" if evidence.running else ""
-        return Judgement(Verdict.TIMED_OUT, f"wall time limit of {outcome.limits.get('wall_time')} s reached{where}")
+        wall = outcome.limits.get("wall_time")
+        limit = f" of {format_time(float(wall))}" if isinstance(wall, (int, float)) else ""
+        return Judgement(Verdict.TIMED_OUT, f"wall time limit{limit} reached{where}")
     if outcome.status not in (Status.OK, Status.ERROR):
         ended = f" ({outcome.signal})" if outcome.signal else ""
         return Judgement(Verdict.UNVERIFIED, f"the test run ended with status {outcome.status.value}{ended}")

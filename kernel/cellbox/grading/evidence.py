@@ -15,7 +15,7 @@ from typing import Any
 
 from ..verdict import Evidence
 
-__all__ = ["EvidenceRecorder", "TestResult", "PROBLEMS_KEPT"]
+__all__ = ["EvidenceRecorder", "TestResult", "base_nodeid", "PROBLEMS_KEPT"]
 
 PROBLEMS_KEPT = 20
 OUTPUT_KEPT = 4000  # characters of failure message and output kept per test
@@ -48,6 +48,11 @@ class TestResult:
         return cls(**{field.name: data[field.name] for field in dataclasses.fields(cls) if field.name in data})
 
 
+def base_nodeid(nodeid: str) -> str:
+    """A node id without its parameters: ``test_a.py::test_x[1-2]`` -> ``test_a.py::test_x``."""
+    return nodeid.split("[", 1)[0]
+
+
 def _final_outcome(phases: dict[str, dict[str, Any]]) -> str:
     """Combine setup/call/teardown reports into one outcome (as pytest's terminal summary does)."""
     call = phases.get("call")
@@ -71,13 +76,14 @@ class EvidenceRecorder:
 
     Args:
         nonce: the secret of this run, written to the run's stdin.
-        test_files: instructor test files, relative to the tests folder, each of
-            which must yield at least one collected test.
+        expected: the instructor tests as written in their files (``file::name``
+            or ``file::Class::name``, see :func:`cellbox.grading.task.expected_tests`);
+            each must be collected, and nothing else may be.
     """
 
-    def __init__(self, nonce: str, test_files: tuple[str, ...]) -> None:
+    def __init__(self, nonce: str, expected: tuple[str, ...]) -> None:
         self.nonce = nonce
-        self.test_files = test_files
+        self.expected = frozenset(expected)
         self.started = False
         self.finished = False
         self.exit_status: int | None = None
@@ -124,8 +130,8 @@ class EvidenceRecorder:
         if len(set(self.collected)) != len(self.collected):
             self._problem("the same test was collected twice")
         for nodeid in self.collected:
-            if nodeid.split("::", 1)[0] not in self.test_files:
-                self._problem(f"{nodeid} is not in an instructor test file")
+            if base_nodeid(nodeid) not in self.expected:
+                self._problem(f"{nodeid} is not a test written in the instructor's files")
                 break
 
     def _known(self, message: dict[str, Any]) -> str | None:
@@ -171,16 +177,20 @@ class EvidenceRecorder:
 
     # ------------------------------------------------------------------ results
 
+    def check_files(self, before: dict[str, str], after: dict[str, str]) -> None:
+        """Note every instructor file (path -> sha256) that changed, appeared or vanished during the run."""
+        for name in sorted(set(before) | set(after)):
+            if before.get(name) != after.get(name):
+                self._problem(f"the instructor file {name} was changed during the run")
+
     def outcomes(self) -> dict[str, str]:
         """node id -> final outcome, for every test that finished."""
         return {nodeid: _final_outcome(self.phases[nodeid]) for nodeid in self.done}
 
     def evidence(self) -> Evidence:
         """The record so far, for :func:`cellbox.verdict.judge`."""
-        collected = self.collected or ()
-        missing = tuple(
-            name for name in self.test_files if not any(nodeid.split("::", 1)[0] == name for nodeid in collected)
-        )
+        collected = {base_nodeid(nodeid) for nodeid in self.collected or ()}
+        missing = tuple(sorted(self.expected - collected))
         return Evidence(
             started=self.started,
             collected=self.collected,
@@ -190,7 +200,7 @@ class EvidenceRecorder:
             running=self.running,
             collect_errors=tuple(self.collect_errors),
             problems=tuple(self.problems),
-            missing_files=missing if self.collected is not None else (),
+            missing_tests=missing if self.collected is not None else (),
         )
 
     def tests(self) -> list[TestResult]:

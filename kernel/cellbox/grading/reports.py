@@ -50,6 +50,13 @@ def _xml_text(text: str) -> str:
     return _XML_INVALID.sub("\ufffd", text)
 
 
+def _headline(message: str) -> str:
+    """The first ``E   ...`` line of a pytest failure (the assertion), else its last line."""
+    lines = [line for line in message.splitlines() if line.strip()]
+    errors = [line[1:].strip() for line in lines if line.startswith("E ")]
+    return (errors or lines or ["failed"])[0 if errors else -1]
+
+
 def _testcase(suite: ET.Element, classname: str, name: str, seconds: float) -> ET.Element:
     return ET.SubElement(suite, "testcase", classname=_xml_text(classname), name=_xml_text(name),
                          time=f"{seconds:.3f}")
@@ -68,8 +75,7 @@ def _junit_suite(root: ET.Element, result: SubmissionResult) -> None:
         text = _xml_text(test.message or test.outcome)
         if test.outcome == "failed":
             failures += 1
-            ET.SubElement(case, "failure", message=_xml_text(test.message.splitlines()[-1] if test.message else
-                                                              "failed")).text = text
+            ET.SubElement(case, "failure", message=_xml_text(_headline(test.message))).text = text
         elif test.outcome in ("skipped", "xfailed"):
             skipped += 1
             ET.SubElement(case, "skipped", message=_xml_text(test.outcome))

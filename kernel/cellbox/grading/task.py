@@ -27,7 +27,9 @@ conftest files are looked for only from the tests' folder down.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import hashlib
 import os
 import secrets
 import shutil
@@ -45,7 +47,16 @@ from .results import SubmissionResult
 from .submissions import Layout, Submission, SubmissionError, lay_out
 from .venvs import REPORTER_MODULE, BaseLibrary, create_venv, pip_install_command
 
-__all__ = ["Suite", "SuiteError", "GradeSettings", "grade_submission", "grade_safely", "PYTEST_INI"]
+__all__ = [
+    "Suite",
+    "SuiteError",
+    "GradeSettings",
+    "grade_submission",
+    "grade_safely",
+    "expected_tests",
+    "file_digests",
+    "PYTEST_INI",
+]
 
 # The whole pytest configuration of a test run.  Written by the grader; the
 # submission's own files are never an ancestor of the tests, so none is found.
@@ -60,13 +71,65 @@ addopts =
 
 # Run by the task's interpreter with -I (no PYTHONPATH, no user site, no script
 # directory on sys.path): the grader's library first, then the submission.
+# -I also ignores PYTHONDONTWRITEBYTECODE and PYTHONUNBUFFERED, hence -B and -u:
+# nothing may write bytecode into the instructor's folder.
 BOOT = "import sys; sys.path[:0] = [sys.argv.pop(1), sys.argv.pop(1)]; import pytest; raise SystemExit(pytest.main())"
 TEST_PATTERNS = ("test_*.py", "*_test.py")
 _IGNORED_DIRS = ("__pycache__", ".pytest_cache", ".git")
 
 
 class SuiteError(ValueError):
-    """The instructor tests cannot be used (not found, none in the folder)."""
+    """The instructor tests cannot be used (not found, none in the folder, a syntax error)."""
+
+
+def expected_tests(root: Path, files: tuple[str, ...]) -> tuple[str, ...]:
+    """The tests written in ``files``, read with :mod:`ast` (never run): ``file::name``, ``file::Class::name``.
+
+    Top-level functions named ``test*`` and methods named ``test*`` of
+    top-level classes named ``Test*`` (the grader's ``python_functions`` and
+    ``python_classes``).  A run is verified only when it collected each of
+    them and nothing else, which catches a submission that deselects, rewrites
+    or adds tests.  Tests made at run time (a loop over ``globals()``, methods
+    inherited from a base class in another file) are not seen here; write
+    instructor tests as plain functions or methods.
+
+    Raises:
+        SuiteError: a test file cannot be read or parsed.
+    """
+    found = []
+    for name in files:
+        try:
+            tree = ast.parse((root / name).read_bytes(), filename=name)
+        except (OSError, SyntaxError, ValueError) as exc:
+            raise SuiteError(f"{root / name}: cannot be read as Python ({exc})") from None
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+                found.append(f"{name}::{node.name}")
+            elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+                found.extend(
+                    f"{name}::{node.name}::{item.name}"
+                    for item in node.body
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name.startswith("test")
+                )
+    return tuple(found)
+
+
+def file_digests(root: Path) -> dict[str, str]:
+    """SHA-256 of every entry under ``root``, by relative path; links and special files are marked, not followed.
+
+    Taken before and after a test run: any difference (a file changed, added
+    or removed, a bytecode cache planted) makes the run's record untrustworthy.
+    """
+    digests = {}
+    for folder, dirs, names in os.walk(root):
+        for name in names + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
+            path = Path(folder) / name
+            key = path.relative_to(root).as_posix()
+            if path.is_symlink() or not path.is_file():
+                digests[key] = "not a regular file"
+            else:
+                digests[key] = _digest(path)
+    return digests
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,14 +138,15 @@ class Suite:
 
     Attributes:
         root: the folder copied into each task as ``grader/tests``.
-        files: test files relative to ``root`` (POSIX form), each of which
-            must yield at least one collected test for a ``verified`` verdict.
+        files: test files relative to ``root`` (POSIX form).
+        expected: the tests written in them (:func:`expected_tests`).
         only: when ``--tests`` named one file: the files copied (it and a
             ``conftest.py`` beside it); ``None`` copies the whole folder.
     """
 
     root: Path
     files: tuple[str, ...]
+    expected: tuple[str, ...]
     only: tuple[str, ...] | None = None
 
     @classmethod
@@ -90,12 +154,13 @@ class Suite:
         """The suite at ``path``: a folder of tests, or one test file.
 
         Raises:
-            SuiteError: nothing there, or no ``test_*.py`` / ``*_test.py`` file.
+            SuiteError: nothing there, no ``test_*.py`` / ``*_test.py`` file, no
+                test in them, or a file that does not parse.
         """
         given = Path(path).resolve()
         if given.is_file() and given.suffix == ".py":
             only = tuple(name for name in (given.name, "conftest.py") if (given.parent / name).is_file())
-            return cls(root=given.parent, files=(given.name,), only=only)
+            return cls._checked(given.parent, (given.name,), only, path)
         if not given.is_dir():
             raise SuiteError(f"{path}: no such tests folder or test file")
         found = {
@@ -106,7 +171,14 @@ class Suite:
         }
         if not found:
             raise SuiteError(f"{path}: no tests found (files named test_*.py or *_test.py)")
-        return cls(root=given, files=tuple(sorted(found)))
+        return cls._checked(given, tuple(sorted(found)), None, path)
+
+    @classmethod
+    def _checked(cls, root: Path, files: tuple[str, ...], only: tuple[str, ...] | None, given: object) -> Suite:
+        expected = expected_tests(root, files)
+        if not expected:
+            raise SuiteError(f"{given}: no tests found (functions named test* in {', '.join(files)})")
+        return cls(root=root, files=files, expected=expected, only=only)
 
     def copy_to(self, dest: Path) -> Path:
         """Copy the tests into ``dest`` (a new folder) and return it."""
@@ -119,12 +191,22 @@ class Suite:
         return dest
 
     def to_json(self) -> dict[str, Any]:
-        return {"root": str(self.root), "files": list(self.files), "only": list(self.only) if self.only else None}
+        return {
+            "root": str(self.root),
+            "files": list(self.files),
+            "expected": list(self.expected),
+            "only": list(self.only) if self.only else None,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Suite:
         only = data.get("only")
-        return cls(root=Path(data["root"]), files=tuple(data["files"]), only=tuple(only) if only else None)
+        return cls(
+            root=Path(data["root"]),
+            files=tuple(data["files"]),
+            expected=tuple(data["expected"]),
+            only=tuple(only) if only else None,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,6 +256,8 @@ def _pytest_argv(python: Path, lib: Path, layout: Layout, grader: Path) -> list[
     return [
         str(python),
         "-I",
+        "-B",
+        "-u",
         "-c",
         BOOT,
         str(lib),
@@ -192,6 +276,13 @@ def _pytest_argv(python: Path, lib: Path, layout: Layout, grader: Path) -> list[
         "-q",
         str(tests),
     ]
+
+
+def _digest(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return "missing"
 
 
 def _result(submission: Submission, verdict: Verdict, reason: str, **fields: Any) -> SubmissionResult:
@@ -215,8 +306,9 @@ def _grade_in(task: TaskDirectory, submission: Submission, suite: Suite, setting
     lib = base.copy_to(grader / "lib")
     suite.copy_to(grader / "tests")
     (grader / "pytest.ini").write_text(PYTEST_INI)
+    before = file_digests(grader / "tests") | {"../pytest.ini": _digest(grader / "pytest.ini")}
     nonce = secrets.token_hex(16)
-    recorder = EvidenceRecorder(nonce, suite.files)
+    recorder = EvidenceRecorder(nonce, suite.expected)
     outcome = run(
         _pytest_argv(python, lib, layout, grader),
         limits=settings.limits,
@@ -227,6 +319,7 @@ def _grade_in(task: TaskDirectory, submission: Submission, suite: Suite, setting
         channel=True,
         on_message=recorder.feed,
     )
+    recorder.check_files(before, file_digests(grader / "tests") | {"../pytest.ini": _digest(grader / "pytest.ini")})
     judgement = judge(outcome.exit_code, recorder.evidence(), outcome)
     return _result(
         submission,

@@ -1,0 +1,133 @@
+"""Real grading runs of honest and hostile submissions: each gets its exact verdict, and nothing is left behind.
+
+Threats covered: a wrong answer, a missing module, a crash at import, a hang,
+a daemon that outlives its run, an early ``os._exit(0)``, the submission's own
+conftest.py / pytest.ini / tox.ini / setup.cfg, a forged message on the
+grader's channel, overwritten instructor files and planted report files.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cellbox.grading.submissions import Submission
+from cellbox.grading.task import GradeSettings, Suite, grade_safely
+from cellbox.grading.venvs import BaseLibrary
+from cellbox.limits import Limits
+from cellbox.verdict import Verdict
+from grading_cases import CASES, DAEMON_MARKER, INSTRUCTOR_TOTAL, write_cases, write_suite
+from sandboxkit import survivors
+
+LIMITS = Limits(wall_time=6, cpu_time=10, memory=1024**3)
+
+
+def task_dirs() -> set[str]:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "cellbox-grade-*")))
+
+
+@pytest.fixture(scope="module")
+def base() -> Iterator[BaseLibrary]:
+    with BaseLibrary.build() as library:
+        yield library
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Suite]:
+    root = tmp_path_factory.mktemp("grading")
+    write_cases(root / "submissions")
+    return root / "submissions", Suite.find(write_suite(root / "tests"))
+
+
+def grade(name: str, cases: tuple[Path, Suite], base: BaseLibrary):  # type: ignore[no-untyped-def]
+    folder, suite = cases
+    submission = Submission(id=name, path=str(folder / name), kind="folder")
+    return grade_safely(submission, suite, GradeSettings(limits=LIMITS), base)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_submission_gets_its_exact_verdict_and_leaves_nothing(
+    name: str, cases: tuple[Path, Suite], base: BaseLibrary
+) -> None:
+    before = task_dirs()
+    result = grade(name, cases, base)
+    assert result.verdict is Verdict(CASES[name][1]), result.reason
+    assert task_dirs() == before
+    assert survivors(DAEMON_MARKER) == []
+
+
+def test_honest_submission_reports_every_test_passed(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
+    result = grade("honest", cases, base)
+    assert result.reason == f"all {INSTRUCTOR_TOTAL} tests passed"
+    assert [test.outcome for test in result.tests] == ["passed"] * INSTRUCTOR_TOTAL
+    assert {test.nodeid for test in result.tests} == {
+        "test_fib.py::test_base_cases",
+        "test_fib.py::test_ten",
+        "test_more.py::test_small[2-1]",
+        "test_more.py::test_small[3-2]",
+        "test_more.py::test_small[7-13]",
+    }
+    assert result.score == 100.0
+    assert result.run is not None and result.run["status"] == "ok" and result.run["exit_code"] == 0
+
+
+def test_buggy_submission_names_the_failing_assertions(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
+    result = grade("buggy", cases, base)
+    outcomes = {test.nodeid: test.outcome for test in result.tests}
+    assert outcomes["test_fib.py::test_base_cases"] == "passed"
+    assert outcomes["test_fib.py::test_ten"] == "failed"
+    assert "assert 10 == 55" in next(t.message for t in result.tests if t.nodeid == "test_fib.py::test_ten")
+    assert (result.passed, result.failed, result.total, result.score) == (1, 4, 5, 20.0)
+
+
+def test_hanging_submission_names_the_test_that_was_running(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
+    result = grade("hanging", cases, base)
+    assert result.verdict is Verdict.TIMED_OUT
+    assert result.running == "test_fib.py::test_ten"
+    assert result.reason == "wall time limit of 6 s reached while running test_fib.py::test_ten"
+    assert result.score == 0.0
+
+
+def test_daemon_started_at_import_is_killed_with_the_run(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
+    result = grade("daemon", cases, base)
+    assert result.run is not None and result.run["killed_processes"] >= 1
+    assert survivors(DAEMON_MARKER) == []
+
+
+def test_early_exit_at_import_is_unverified_not_verified(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
+    result = grade("early_exit", cases, base)
+    assert result.run is not None and result.run["exit_code"] == 0
+    assert result.verdict is Verdict.UNVERIFIED
+    assert result.reason == "pytest never finished collecting the tests"
+
+
+def test_own_conftest_and_ini_change_nothing(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
+    result = grade("own_config", cases, base)
+    assert result.verdict is Verdict.FAILED
+    assert (result.passed, result.failed) == (1, 4)
+
+
+def test_forged_channel_message_is_caught(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
+    result = grade("forged_channel", cases, base)
+    assert result.reason == "the test record is inconsistent: a message without this run's nonce arrived on the channel"
+
+
+def test_overwritten_instructor_files_are_never_verified(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
+    result = grade("forged_files", cases, base)
+    assert result.verdict is Verdict.UNVERIFIED
+    assert result.reason.startswith("the test record is inconsistent: test_more.py::test_fake")
+
+
+def test_grader_failure_becomes_that_submissions_unverified_row(cases: tuple[Path, Suite]) -> None:
+    broken = BaseLibrary.build()
+    broken.remove()  # the grader's own files are gone: copying them fails
+    before = task_dirs()
+    result = grade("honest", cases, broken)
+    assert result.verdict is Verdict.UNVERIFIED
+    assert result.reason.startswith("grader error: FileNotFoundError")
+    assert task_dirs() == before
