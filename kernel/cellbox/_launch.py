@@ -31,6 +31,10 @@ import select
 import signal
 import sys
 
+# os.execvp imports warnings lazily (os.get_exec_path); after a switch to
+# another user the stdlib may be out of that user's reach, so import it now.
+import warnings  # noqa: F401
+
 PR_SET_CHILD_SUBREAPER = 36
 IOPRIO_WHO_PROCESS = 1
 IOPRIO_CLASS_SHIFT = 13
