@@ -382,6 +382,8 @@ def run(spec: dict[str, Any]) -> int:
     if error is not None:
         if isinstance(error, MemoryError):
             channel.send({"type": "memory_error"})
+        # The reply's ename/evalue, also for errors IPython only prints (a UsageError).
+        channel.send({"type": "failed", "ename": type(error).__name__, "evalue": str(error)})
         return 1
     if spec.get("user_expressions"):
         channel.send(

@@ -50,6 +50,9 @@ from .sandbox import Run, SandboxError, start
 __all__ = ["CellboxKernel", "error_for_outcome", "main"]
 
 _DEFAULTS = Limits()
+# Seconds stream text waits for more, so one print is one message, not two
+# (the child writes unbuffered: text and newline arrive separately).
+STREAM_DELAY = 0.05
 
 # Human names of the signals a crashed cell most often dies of.
 _SIGNAL_WORDS = {
@@ -186,7 +189,9 @@ class CellboxKernel(Kernel):
     def _default_notebook_dir(self) -> str:
         return os.getcwd()
 
-    @validate("wall_time", "cpu_time", "memory", "output", "file_size", "open_files", "max_processes", "nice", "io_class")
+    @validate(
+        "wall_time", "cpu_time", "memory", "output", "file_size", "open_files", "max_processes", "nice", "io_class"
+    )
     def _check_limit(self, proposal: Any) -> Any:
         name = proposal["trait"].name
         field = "processes" if name == "max_processes" else name
@@ -258,12 +263,14 @@ class CellboxKernel(Kernel):
     ) -> dict[str, Any]:
         """Run one cell in a fresh child; see the module docstring for the steps."""
         self._last_outcome = None
-        if store_history:
-            self._inputs.append(code)
         try:
             limits, body = cell_limits(code, self.session_limits)
         except LimitError as exc:
+            if store_history:
+                self._inputs.append(code)
             return self._publish_error("LimitError", str(exc), [f"LimitError: {exc}"])
+        if store_history:
+            self._inputs.append(body)
         cell = _Cell(self, limits, silent, allow_stdin)
         spec_path = self._write_spec(body, limits, silent, store_history, user_expressions or {}, allow_stdin)
         try:
@@ -288,6 +295,7 @@ class CellboxKernel(Kernel):
             self._running = None
             cell.input_cancel.set()
         await asyncio.sleep(0)  # let the last forwarded messages go out first
+        cell.flush()
         return self._finish(cell, outcome, code)
 
     def _write_spec(
@@ -331,19 +339,22 @@ class CellboxKernel(Kernel):
         if cell.new_state:
             Path(cell.new_state).unlink(missing_ok=True)
         named = error_for_outcome(outcome, cell.limits)
+        last = cell.errors[-1] if cell.errors else None
+        if named is None and (cell.errors or cell.failed):
+            for error in cell.errors:
+                self.send_response(self.iopub_socket, "error", error)
+            reply = dict(last or {"traceback": []})
+            reply.update(cell.failed or {})
+            return self._error_reply(reply, cell.payload)
         if named is None:
-            if cell.error is not None:
-                return self._publish_error(**cell.error, payload=cell.payload)
-            code_text = f"exit status {outcome.exit_code}"
-            return self._publish_error(
+            named = (
                 "CellExitedError",
-                f"the cell's process ended with {code_text} before the cell finished",
-                [f"CellExitedError: the cell's process ended with {code_text} before the cell finished"],
+                f"the cell's process ended with exit status {outcome.exit_code} before the cell finished",
             )
         ename, evalue = named
-        traceback = list(cell.error["traceback"]) if cell.error else []
-        if ename == "KeyboardInterrupt" and cell.error and cell.error["ename"] == "KeyboardInterrupt":
-            return self._publish_error(**cell.error)
+        if ename == "KeyboardInterrupt" and last and last["ename"] == "KeyboardInterrupt":
+            return self._publish_error(**last)
+        traceback = list(last["traceback"]) if last else []
         return self._publish_error(ename, evalue, traceback + [f"{ename}: {evalue}"])
 
     def _accept_state(self, cell: _Cell) -> None:
@@ -362,12 +373,21 @@ class CellboxKernel(Kernel):
                 f"cellbox: these names cannot be carried to the next cells, which will not see them: {listed}\n",
             )
 
-    def _publish_error(
-        self, ename: str, evalue: str, traceback: list[str], payload: list[Any] | None = None
-    ) -> dict[str, Any]:
+    def _publish_error(self, ename: str, evalue: str, traceback: list[str]) -> dict[str, Any]:
         content = {"ename": ename, "evalue": evalue, "traceback": traceback}
         self.send_response(self.iopub_socket, "error", content)
-        return {"status": "error", "execution_count": self.execution_count, "payload": payload or [], **content}
+        return self._error_reply(content, [])
+
+    def _error_reply(self, error: dict[str, Any], payload: list[Any]) -> dict[str, Any]:
+        return {
+            "status": "error",
+            "execution_count": self.execution_count,
+            "ename": str(error.get("ename", "Error")),
+            "evalue": str(error.get("evalue", "")),
+            "traceback": list(error.get("traceback", [])),
+            "payload": payload,
+            "user_expressions": {},
+        }
 
     def _stream(self, name: str, text: str) -> None:
         self.send_response(self.iopub_socket, "stream", {"name": name, "text": text})
@@ -485,12 +505,15 @@ class _Cell:
         self.parent = kernel.get_parent("shell")
         self.ident = kernel._get_shell_context_var(kernel._shell_parent_ident)
         self.run: Run | None = None
-        self.error: dict[str, Any] | None = None
+        self.errors: list[dict[str, Any]] = []  # published when the cell ends, unless a limit replaces them
+        self.failed: dict[str, str] | None = None
         self.payload: list[Any] = []
         self.user_expressions: dict[str, Any] = {}
         self.new_state: str | None = None
         self.dropped: dict[str, str] = {}
         self.input_cancel = threading.Event()
+        self._pending: tuple[str, list[str]] | None = None
+        self._flush_handle: asyncio.TimerHandle | None = None
 
     def thread_safe(self, method: Callable[..., None], *first: Any) -> Callable[[Any], None]:
         def forward(value: Any) -> None:
@@ -504,12 +527,29 @@ class _Cell:
             session.send(self.kernel.iopub_socket, msg_type, content, self.parent)
 
     def stream(self, name: str, text: str) -> None:
-        self.send("stream", {"name": name, "text": text})
+        """Queue stream text; pieces that come within :data:`STREAM_DELAY` go out as one message."""
+        if self._pending and self._pending[0] != name:
+            self.flush()
+        if not self._pending:
+            self._pending = (name, [])
+            self._flush_handle = self.loop.call_later(STREAM_DELAY, self.flush)
+        self._pending[1].append(text)
+
+    def flush(self) -> None:
+        """Send the queued stream text now (before any other message, and at the end of the cell)."""
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        if self._pending:
+            name, parts = self._pending
+            self._pending = None
+            self.send("stream", {"name": name, "text": "".join(parts)})
 
     def message(self, message: Any) -> None:
         """Handle one JSON message from the child (never evaluated, only forwarded)."""
         if not isinstance(message, dict):
             return
+        self.flush()
         kind = message.get("type")
         if kind in ("display_data", "update_display_data"):
             self.send(kind, _pick(message, "data", "metadata", "transient"))
@@ -520,11 +560,15 @@ class _Cell:
         elif kind == "clear_output":
             self.send("clear_output", {"wait": bool(message.get("wait"))})
         elif kind == "error":
-            self.error = {
-                "ename": str(message.get("ename", "Error")),
-                "evalue": str(message.get("evalue", "")),
-                "traceback": [str(line) for line in message.get("traceback") or []],
-            }
+            self.errors.append(
+                {
+                    "ename": str(message.get("ename", "Error")),
+                    "evalue": str(message.get("evalue", "")),
+                    "traceback": [str(line) for line in message.get("traceback") or []],
+                }
+            )
+        elif kind == "failed":
+            self.failed = {"ename": str(message.get("ename", "Error")), "evalue": str(message.get("evalue", ""))}
         elif kind == "memory_error" and self.run is not None:
             self.run.note_memory_error()
         elif kind == "input_request":

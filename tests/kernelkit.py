@@ -1,0 +1,146 @@
+"""Helpers for the kernel tests: start a real kernel through jupyter_client and run cells on it."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from queue import Empty
+from typing import Any
+
+from jupyter_client.blocking.client import BlockingKernelClient
+from jupyter_client.manager import KernelManager
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+TIMEOUT = 60.0
+
+
+def plain(text: str) -> str:
+    """``text`` without ANSI colour codes."""
+    return ANSI.sub("", text)
+
+
+@dataclasses.dataclass
+class Result:
+    """What one execute_request produced: the reply and the iopub messages, in order."""
+
+    reply: dict[str, Any]
+    messages: list[dict[str, Any]]
+    arrivals: list[float]
+
+    @property
+    def content(self) -> dict[str, Any]:
+        return self.reply["content"]
+
+    @property
+    def status(self) -> str:
+        return str(self.content["status"])
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self.reply["metadata"]
+
+    def of(self, msg_type: str) -> list[dict[str, Any]]:
+        """The contents of the iopub messages of one type."""
+        return [m["content"] for m in self.messages if m["msg_type"] == msg_type]
+
+    def stream(self, name: str = "stdout") -> str:
+        return "".join(c["text"] for c in self.of("stream") if c["name"] == name)
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        return self.of("error")
+
+    @property
+    def traceback(self) -> str:
+        return "\n".join(plain(line) for error in self.errors for line in error["traceback"])
+
+
+@contextmanager
+def running_kernel(
+    name: str = "cellbox", cwd: str | None = None, extra: list[str] | None = None, interrupt_mode: str | None = None
+) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
+    """Start kernel ``name`` (a kernelspec of this environment) and yield its manager and client."""
+    km = KernelManager(kernel_name=name)
+    if interrupt_mode:
+        km.kernel_spec.interrupt_mode = interrupt_mode  # type: ignore[union-attr]
+    km.start_kernel(cwd=cwd or os.getcwd(), extra_arguments=extra or [])
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=TIMEOUT)
+        yield km, kc
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=False)
+
+
+def execute(
+    kc: BlockingKernelClient,
+    code: str,
+    *,
+    allow_stdin: bool = False,
+    answer: Callable[[dict[str, Any]], str] | None = None,
+    during: Callable[[dict[str, Any]], None] | None = None,
+    timeout: float = TIMEOUT,
+    **options: Any,
+) -> Result:
+    """Run ``code``; collect iopub messages until the kernel is idle again, and the reply.
+
+    ``answer`` replies to input requests (``allow_stdin`` is then on); ``during``
+    sees each iopub message as it arrives (to interrupt a running cell, say).
+    """
+    msg_id = kc.execute(code, allow_stdin=allow_stdin or answer is not None, **options)
+    messages: list[dict[str, Any]] = []
+    arrivals: list[float] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        if answer is not None:
+            try:
+                request = kc.get_stdin_msg(timeout=0.01)
+                kc.input(answer(request["content"]))
+            except Empty:
+                pass
+        try:
+            msg = kc.get_iopub_msg(timeout=0.05)
+        except Empty:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no idle status after {timeout} s for {code!r}") from None
+            continue
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "execute_input":
+            continue
+        if msg["msg_type"] == "status":
+            if msg["content"]["execution_state"] == "idle":
+                break
+            continue
+        messages.append(msg)
+        arrivals.append(time.monotonic())
+        if during is not None:
+            during(msg)
+    reply = kc.get_shell_msg(timeout=timeout)
+    while reply["parent_header"].get("msg_id") != msg_id:
+        reply = kc.get_shell_msg(timeout=timeout)
+    return Result(reply=reply, messages=messages, arrivals=arrivals)
+
+
+def survivors(mark: str) -> list[int]:
+    """Pids of live processes whose command line contains ``mark``."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{name}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if mark.encode() in cmdline and state != b"Z":
+            found.append(int(name))
+    return found
