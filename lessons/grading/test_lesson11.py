@@ -1,0 +1,51 @@
+"""Hidden tests for lesson 11 (verdict, badge_colour),
+run by ``cellbox grade`` against 11-the-three-state-verdict.ipynb."""
+
+import importlib
+
+import pytest
+
+NOTEBOOK, MODULE = "11-the-three-state-verdict.ipynb", "nb_11_the_three_state_verdict"
+
+
+@pytest.fixture(scope="module")
+def nb():
+    for name in (MODULE, "submission"):
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as error:
+            if error.name != name:
+                raise
+    pytest.fail(f"no notebook for this lesson: submit {NOTEBOOK}")
+
+
+TESTS = {"test_a", "test_b", "test_c"}
+ALL_PASSED = {name: "passed" for name in TESTS}
+
+
+def test_verdict_verified_needs_complete_evidence(nb):
+    assert nb.verdict(0, TESTS, ALL_PASSED) == "verified"
+    assert nb.verdict(0, TESTS, {"test_a": "passed", "test_b": "passed"}) == "unverified"
+    assert nb.verdict(0, TESTS, None) == "unverified"
+
+
+def test_verdict_failed_on_exit_1_with_failures(nb):
+    assert nb.verdict(1, TESTS, {"test_a": "passed", "test_b": "failed", "test_c": "passed"}) == "failed"
+
+
+def test_verdict_unverified_when_tests_never_ran(nb):
+    for code in (2, 3, 4, 5):
+        assert nb.verdict(code, TESTS, {}) == "unverified"
+    assert nb.verdict(1, TESTS, None) == "unverified"
+
+
+def test_verdict_timed_out_comes_first(nb):
+    assert nb.verdict(0, TESTS, ALL_PASSED, timed_out=True) == "timed_out"
+
+
+def test_badge_colour_by_exact_label(nb):
+    assert nb.badge_colour("TESTS VERIFIED") == "green"
+    assert nb.badge_colour("TESTS FAILED") == "red"
+    assert nb.badge_colour("TESTS TIMED OUT") == "orange"
+    for label in ("TESTS UNVERIFIED", "UNVERIFIED TESTS VERIFIED", "tests verified", "VERIFIED"):
+        assert nb.badge_colour(label) == "grey"

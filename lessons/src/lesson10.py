@@ -1,0 +1,163 @@
+lesson(10, "a-fresh-virtualenv-per-task", "A fresh virtualenv per task")
+
+md("""
+# Lesson 10: a fresh virtualenv per task
+
+**Goal:** give every task (one student's submission, one run) its own clean set of installed packages in a
+directory that is deleted afterwards, and install into it as carefully as you run the tests.
+
+**The plan.** We create a virtual environment with the standard library's `venv` module and check that it sees
+none of the packages of our own environment. Then we look at what *installing* a project really does: pip runs the
+project's **build backend**, which is the project's own code. We watch a "package" write a file into the home
+directory while being installed, and conclude that the install needs the same sandbox as the tests.
+
+```mermaid
+flowchart LR
+    T["task directory<br/>(home/, tmp/, venv/)"] --> V["fresh venv"]
+    V --> I["pip install the submission<br/>(runs its build backend: untrusted)"]
+    I --> R["run the tests"]
+    R --> D["delete the task directory"]
+    I -. "same limits, same scrubbed environment" .- R
+```
+""")
+
+md("""
+## 1. Why not one shared environment?
+
+If every submission is installed into the same environment, the first one can leave things for the next:
+a package that shadows `pytest`, a `.pth` file that runs code at every start-up, a changed dependency version.
+Grading would depend on the order of submissions. A fresh environment per task makes each run start from the same
+clean state, and deleting the task directory removes everything the run installed.
+
+## 2. Creating one
+
+`venv.create(path, with_pip=False)` makes a small directory with a `bin/python` that points at our interpreter,
+and its own empty `site-packages`. Without pip it takes a fraction of a second.
+""")
+
+code("""
+import os, subprocess, sys, tempfile, time, venv
+
+task = tempfile.mkdtemp(prefix="lesson10-")
+started = time.monotonic()
+venv.create(os.path.join(task, "venv"), with_pip=False, symlinks=True)
+print(f"created in {time.monotonic() - started:.2f} s:", sorted(os.listdir(os.path.join(task, "venv"))))
+
+venv_python = os.path.join(task, "venv", "bin", "python")
+ask = "import sys, importlib.util; print(sys.prefix); print('nbformat importable:', importlib.util.find_spec('nbformat') is not None)"
+print(subprocess.run([venv_python, "-c", ask], capture_output=True, text=True).stdout)
+print("and here, in the notebook's environment: ", subprocess.run([sys.executable, "-c", ask], capture_output=True, text=True).stdout.split("\\n")[1])
+""")
+
+md("""
+The venv's `sys.prefix` is the new directory, and the packages of our environment (here `nbformat`) are not
+visible in it. Whatever a task installs there stays there.
+
+## 3. Installing runs the project's code
+
+A Python project says in `pyproject.toml` which **build backend** builds it. When pip installs the project, it
+imports that backend and calls it. The backend can be *in the project itself* (`backend-path`). So installing a
+submission means running the submission's code, before a single test has run.
+
+Here is a small project whose backend writes a file into the home directory when it is imported, then fails.
+""")
+
+code("""
+project = os.path.join(task, "friendly")
+os.makedirs(project)
+with open(os.path.join(project, "pyproject.toml"), "w") as f:
+    f.write('[build-system]\\nrequires = []\\nbuild-backend = "backend"\\nbackend-path = ["."]\\n'
+            '[project]\\nname = "friendly"\\nversion = "1.0"\\n')
+with open(os.path.join(project, "backend.py"), "w") as f:
+    f.write("import os\\n"
+            "with open(os.path.expanduser('~/i-was-here.txt'), 'w') as note:\\n"
+            "    note.write(f'the build backend ran and saw {len(os.environ)} environment variables')\\n"
+            "def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):\\n"
+            "    raise RuntimeError('this project builds nothing: it only wanted to run')\\n")
+print(sorted(os.listdir(project)))
+""")
+
+md("""
+We install it with pip, but **as we would run a test**: a scrubbed environment whose `HOME` is inside the task
+directory (lesson 4), a time limit (lesson 3). pip fails, of course; what matters is what ran before.
+""")
+
+code("""
+home = os.path.join(task, "home")
+os.makedirs(home)
+env = {"PATH": os.path.dirname(sys.executable) + ":/usr/bin:/bin", "HOME": home, "TMPDIR": home}
+result = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--no-cache-dir",
+                         "--target", os.path.join(task, "site"), project],
+                        capture_output=True, text=True, env=env, timeout=60)
+print("pip returncode:", result.returncode)
+print("the home directory now holds:", os.listdir(home))
+print(open(os.path.join(home, "i-was-here.txt")).read())
+""")
+
+md("""
+The backend ran, with our user's rights. It only saw the few variables we allowed, and wrote into a home directory
+we are about to delete. Without the scrubbing it would have written into *your* home and seen *your* tokens; without
+limits it could have spun, slept or allocated forever. **The install is part of the untrusted run.**
+""")
+
+code("""
+import shutil
+shutil.rmtree(task)
+print("task directory removed:", not os.path.exists(task))
+""")
+
+md("""
+## 4. Exercise: `fresh_venv`
+
+Write `fresh_venv(path)` that creates a new virtual environment at `path` (without pip, so it is quick) and
+returns the path of its Python interpreter (`path/bin/python`) as a string.
+""")
+
+exercise("fresh_venv", """
+import os, venv
+
+def fresh_venv(path):
+    \"\"\"Create a virtual environment at `path` (no pip) and return the path of its python (str).\"\"\"
+    ### BEGIN SOLUTION
+    venv.create(path, with_pip=False, symlinks=True)
+    return os.path.join(str(path), "bin", "python")
+    ### END SOLUTION
+""")
+
+check("fresh_venv", """
+def test():
+    where = os.path.join(tempfile.mkdtemp(prefix="lesson10-check-"), "env")
+    try:
+        python = fresh_venv(where)
+        expect(isinstance(python, str) and os.path.exists(python), f"fresh_venv returned {python!r}, which does not exist")
+        said = subprocess.run([python, "-c", ask], capture_output=True, text=True, timeout=30).stdout.split("\\n")
+        expect(os.path.realpath(said[0]) == os.path.realpath(where), f"that python's sys.prefix is {said[0]!r}, not the new venv")
+        expect(said[1].endswith("False"), "the new environment sees the notebook's packages: don't use system_site_packages")
+    finally:
+        shutil.rmtree(os.path.dirname(where), ignore_errors=True)
+    return "a clean environment in a directory you can throw away"
+check("fresh_venv", test)
+""")
+
+md("""
+## Common mistakes
+
+* **Reusing one venv "to save time".** The first submission can change it for all the others. Make it fresh, or
+  copy a clean template made once and never handed to a submission.
+* **`system_site_packages=True`.** Convenient, but the task then sees (and its imports can be shadowed by) what is
+  installed in your environment.
+* **Installing outside the sandbox "because pip is trusted".** pip is; the project's `setup.py` or build backend is
+  not.
+* **Forgetting to delete it.** A few hundred tasks a day fill a disk.
+
+## Try this next
+
+* Time `venv.create(..., with_pip=True)`: where does the difference come from?
+* Put a `.pth` file containing `import os; print("hello")` into a venv's `site-packages` and start its Python.
+
+## The real thing
+
+`cellbox.grading` (`cellbox grade`) gives every submission its own task directory and virtualenv, built quickly from
+cached pieces that no submission can change, installs the submission there under the same limits and scrubbed
+environment as its tests, and deletes it all afterwards.
+""")

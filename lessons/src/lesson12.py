@@ -1,0 +1,235 @@
+lesson(12, "beyond-rlimits", "Beyond rlimits")
+
+md("""
+# Lesson 12: beyond rlimits
+
+**Goal:** know what our sandbox still allows, which stronger walls exist, and how to get results out of a sandbox
+safely.
+
+**The plan.** Everything so far limits *how much* a child uses. Nothing limits *what it may touch*: we watch a
+limited child read files and talk over the network. Then we meet the walls that do restrict that (namespaces,
+Landlock, containers, virtual machines) and try a network namespace. Last, three practical things: carrying a small
+file out through stdout with base64, drawing a plot with no screen (the Agg backend), and reading exit code 137.
+""")
+
+md("""
+## 1. What limits do not stop: reading files
+
+A child runs as our user, so it can read every file our user can read. The notebook's working directory is
+`lessons/`, which is next to... the solutions.
+""")
+
+code("""
+import os, subprocess, sys
+
+peek = '''
+import os
+print("first line of /etc/passwd:", open("/etc/passwd").readline().strip())
+print("the solutions folder is readable:", os.path.isdir("solutions") and os.access("solutions", os.R_OK))
+'''
+print(subprocess.run([sys.executable, "-c", peek], capture_output=True, text=True, timeout=10).stdout)
+""")
+
+md("""
+(That is why an instructor grades on a machine or in a container that holds no solutions and no secrets, and why
+cellbox can run children as another, unprivileged user.)
+
+## 2. What limits do not stop: the network
+
+We open a tiny server on this machine in a thread, and a child connects to it and sends a message. It could as well
+be sending your files somewhere.
+""")
+
+code("""
+import socket, threading
+
+server = socket.create_server(("127.0.0.1", 0))
+port = server.getsockname()[1]
+received = []
+threading.Thread(target=lambda: received.append(server.accept()[0].recv(100)), daemon=True).start()
+
+send = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2).sendall(b'your secrets')"
+result = subprocess.run([sys.executable, "-c", send], capture_output=True, text=True, timeout=10)
+server.close()
+print("child's returncode:", result.returncode, "| the server received:", received)
+""")
+
+md("""
+## 3. Walls that restrict *what*
+
+* **Namespaces** (Linux): a process gets its own view of one kind of resource. A **network** namespace has no
+  interfaces but its own loopback: no way out. A **PID** namespace sees only its own processes (and the kernel
+  kills them all when its first process dies, lesson 7). A **mount** namespace can hide or make read-only parts of
+  the file system. `unshare` starts a command in new namespaces; `-r` maps our user to root *inside* a new user
+  namespace, so no real privilege is needed where the system allows user namespaces.
+* **Landlock** (Linux 5.13 and later): a process restricts its *own* file-system access (and, in newer kernels, TCP
+  ports), without privilege; the restriction is inherited and cannot be lifted.
+* **Containers** combine namespaces, cgroups and seccomp filters. They **share the host's kernel**: one kernel bug
+  is enough to get out.
+* **Virtual machines** run their **own kernel**; the boundary is the hypervisor, much smaller than a kernel.
+  (Light VMs such as Firecracker start in a fraction of a second.)
+
+Let's try the network namespace on the same child:
+""")
+
+code("""
+import shutil
+
+if shutil.which("unshare"):
+    server = socket.create_server(("127.0.0.1", 0))
+    send = f"import socket; socket.create_connection(('127.0.0.1', {server.getsockname()[1]}), timeout=2)"
+    result = subprocess.run(["unshare", "-r", "-n", sys.executable, "-c", send], capture_output=True, text=True, timeout=10)
+    server.close()
+    said = result.stderr.strip().splitlines()
+    print("returncode:", result.returncode, "|", said[-1] if said else "(no message)")
+else:
+    print("unshare is not installed here (it comes with util-linux)")
+""")
+
+md("""
+Inside the new namespace, even `127.0.0.1` is another machine's loopback, with nobody listening (or, where user
+namespaces are not allowed, `unshare` itself fails and says so: report it, never skip it silently).
+
+## 4. Getting results out
+
+A sandboxed child should not write into your directories. Its output is the channel: **text on stdout**. For a
+small binary file (an image, a pickle you will *not* unpickle), encode it with **base64**, which turns any bytes
+into plain letters, and decode it in the parent. Large files need a shared directory you inspect afterwards.
+
+A plot makes a good example. There is no screen in a sandbox, so matplotlib must use its **Agg** backend, which
+draws into memory (`MPLBACKEND=Agg`, which cellbox sets for every child).
+""")
+
+code("""
+import base64, importlib.util
+
+draw = '''
+import base64, io, sys
+import matplotlib
+matplotlib.use("Agg")                       # no screen: draw into memory
+import matplotlib.pyplot as plt
+fig, ax = plt.subplots(figsize=(3, 2))
+ax.plot([0, 1, 2, 3], [0, 1, 4, 9])
+ax.set_title("drawn in a child")
+buffer = io.BytesIO()
+fig.savefig(buffer, format="png")
+print(base64.b64encode(buffer.getvalue()).decode())
+'''
+if importlib.util.find_spec("matplotlib") is None:
+    print("matplotlib is not installed here; pip install matplotlib to see the plot")
+else:
+    import tempfile
+    home = tempfile.mkdtemp(prefix="lesson12-")     # matplotlib keeps a font cache in the child's home
+    result = subprocess.run([sys.executable, "-c", draw], capture_output=True, text=True, timeout=60,
+                            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "MPLBACKEND": "Agg", "HOME": home})
+    shutil.rmtree(home)
+    png = base64.b64decode(result.stdout)
+    print(f"{len(png)} bytes, starts with {png[:8]!r}")
+    from IPython.display import Image, display
+    display(Image(data=png))
+""")
+
+md("""
+## 5. Exit code 137
+
+Python reports a child killed by a signal as a negative return code (`-9`). A **shell** reports it as `128 + n`:
+`137` is `128 + 9`, SIGKILL. When you see 137 from a container or a CI job, the process was killed with SIGKILL,
+very often by the kernel's **out-of-memory killer** (check `dmesg`), or by a limit such as a cgroup's `memory.max`.
+""")
+
+code("""
+suicide = f"{sys.executable} -c 'import os, signal; os.kill(os.getpid(), signal.SIGKILL)'; echo shell saw $?"
+print(subprocess.run(["sh", "-c", suicide], capture_output=True, text=True).stdout.strip())
+print("Python saw", subprocess.run([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]).returncode)
+""")
+
+md("""
+## 6. Exercises
+
+**`signal_name(returncode)`**: return the name of the signal that ended a process (`"SIGKILL"`), from Python's
+negative return codes (`-9`) or a shell's `128 + n` (`137`), and `None` for a normal exit (0 to 128). Use the
+`signal.Signals` enum.
+""")
+
+exercise("signal_name", """
+import signal
+
+def signal_name(returncode):
+    \"\"\"'SIGKILL' for -9 or 137, 'SIGSEGV' for -11 or 139, ...; None for a normal exit status.\"\"\"
+    ### BEGIN SOLUTION
+    if returncode < 0:
+        number = -returncode
+    elif returncode > 128:
+        number = returncode - 128
+    else:
+        return None
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return None
+    ### END SOLUTION
+""")
+
+check("signal_name", """
+def test():
+    for code, wanted in [(-9, "SIGKILL"), (137, "SIGKILL"), (-11, "SIGSEGV"), (139, "SIGSEGV"), (0, None), (1, None)]:
+        got = signal_name(code)
+        expect(got == wanted, f"signal_name({code}) gave {got!r}, expected {wanted!r}")
+    return "137 means SIGKILL, wherever it comes from"
+check("signal_name", test)
+""")
+
+md("""
+**`read_small_file(path)`**: return the bytes of the file at `path`, read **by a child process** that prints them
+base64-encoded on its stdout (the parent never opens the file).
+""")
+
+exercise("read_small_file", """
+import base64, subprocess, sys
+
+def read_small_file(path):
+    \"\"\"Return the bytes of `path`, carried out of a child process as base64 text.\"\"\"
+    ### BEGIN SOLUTION
+    code = "import base64, sys; sys.stdout.write(base64.b64encode(open(sys.argv[1], 'rb').read()).decode())"
+    result = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=30)
+    return base64.b64decode(result.stdout)
+    ### END SOLUTION
+""")
+
+check("read_small_file", """
+import tempfile
+
+def test():
+    data = bytes(range(256)) * 4
+    with tempfile.NamedTemporaryFile(delete=False) as f:
+        f.write(data)
+    try:
+        got = read_small_file(f.name)
+    finally:
+        os.remove(f.name)
+    expect(isinstance(got, bytes), f"read_small_file should return bytes, not {type(got).__name__}: decode the base64")
+    expect(got == data, f"got {len(got)} bytes back instead of the file's {len(data)}: encode in the child, decode here")
+    return "binary data crosses the process boundary as plain text"
+check("read_small_file", test)
+""")
+
+md("""
+## Common mistakes
+
+* **Believing rlimits protect your files.** They limit amounts, not access. Run children as an unprivileged user
+  with nothing valuable readable, or add Landlock or a mount namespace.
+* **Unpickling what a child sends.** Unpickling runs code; accept JSON, text or base64 of plain data.
+* **Leaving matplotlib to pick a backend.** With no display it may fail or hang; set `MPLBACKEND=Agg`.
+* **Reading 137 as "error 137".** It is a signal: find out who sent SIGKILL.
+
+## Try this next
+
+* `unshare -r -p -f --mount-proc ps ax`: what does a PID namespace see?
+* Find your kernel's Landlock ABI version: `cat /sys/kernel/security/lsm` lists `landlock` when it is on.
+
+## The real thing
+
+`cellbox.sandbox` lists the layers that were active for each run in `Outcome.isolation` and, per design rule 8,
+reports a layer it could not apply in `Outcome.notes` instead of skipping it silently; the kernel carries rich
+output (plots as PNG) over a JSON channel, never by pickling.
+""")
