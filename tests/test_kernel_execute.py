@@ -17,7 +17,7 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from cellbox.kernel import error_for_outcome
 from cellbox.limits import Limits
 from cellbox.outcome import Outcome, Status
-from kernelkit import execute, plain, running_kernel, survivors
+from kernelkit import execute, running_kernel, survivors
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +52,14 @@ def test_output_arrives_while_the_cell_runs(kc: BlockingKernelClient) -> None:
     assert "".join(texts) == "0\n1\n2\n"
     # Each line is its own message, sent when printed: the first comes about two
     # seconds of sleeping before the last, not together with it at the end.
-    first = next(t for m, t in zip(result.messages, result.arrivals) if m["content"].get("text", "").startswith("0"))
-    last = next(t for m, t in zip(result.messages, result.arrivals) if "2" in m["content"].get("text", ""))
+    first = next(
+        t
+        for m, t in zip(result.messages, result.arrivals, strict=False)
+        if m["content"].get("text", "").startswith("0")
+    )
+    last = next(
+        t for m, t in zip(result.messages, result.arrivals, strict=False) if "2" in m["content"].get("text", "")
+    )
     assert last - first > 1.5
 
 
@@ -65,7 +71,7 @@ def test_last_expression_is_an_execute_result(kc: BlockingKernelClient) -> None:
 
 
 def test_every_repr_method_reaches_the_frontend(kc: BlockingKernelClient) -> None:
-    code = '''
+    code = """
 class Rich:
     def __repr__(self): return "Rich()"
     def _repr_html_(self): return "<b>rich</b>"
@@ -75,7 +81,7 @@ class Rich:
     def _repr_svg_(self): return '<svg xmlns="http://www.w3.org/2000/svg"></svg>'
     def _repr_png_(self): return b"\\x89PNG\\r\\n\\x1a\\nfake"
 Rich()
-'''
+"""
     [content] = execute(kc, code).of("execute_result")
     assert content["data"] == {
         "text/plain": "Rich()",
@@ -148,7 +154,7 @@ def test_cells_run_in_the_notebook_directory(kc: BlockingKernelClient, notebook_
 
 def test_the_kernels_connection_key_does_not_reach_a_cell(kc: BlockingKernelClient) -> None:
     key = kc.session.key.decode()
-    result = execute(kc, "import os\nprint(sorted(os.environ))\nprint(any(%r in v for v in os.environ.values()))" % key)
+    result = execute(kc, f"import os\nprint(sorted(os.environ))\nprint(any({key!r} in v for v in os.environ.values()))")
     names, found = result.stream().splitlines()
     assert found == "False"
     assert "JPY_PARENT_PID" not in names and "JPY_SESSION_NAME" not in names
