@@ -1,0 +1,148 @@
+"""``cellbox grade`` end to end through ``main()``: reports, one row per submission, resume, bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from cellbox.cli import main
+from cellbox.grading.reports import CSV_FIELDS
+from cellbox.verdict import COLOURS, Verdict
+from grading_cases import CASES, DAEMON_MARKER, write_cases, write_suite, write_tree
+from sandboxkit import survivors
+
+QUICK = ["honest", "buggy", "missing", "early_exit"]
+
+
+def grade(tmp_path: Path, *extra: str) -> int:
+    return main(["grade", str(tmp_path / "subs"), "--tests", str(tmp_path / "tests"), "--out",
+                 str(tmp_path / "out"), "--wall", "6", *extra])
+
+
+def rows(tmp_path: Path) -> dict[str, dict]:  # type: ignore[type-arg]
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    return {row["id"]: row for row in data["submissions"]}
+
+
+@pytest.fixture
+def graded(tmp_path: Path) -> Path:
+    write_suite(tmp_path / "tests")
+    write_cases(tmp_path / "subs", QUICK)
+    assert grade(tmp_path, "--jobs", "2") == 0
+    return tmp_path
+
+
+def test_results_json_has_one_row_per_submission_with_figures(graded: Path) -> None:
+    results = rows(graded)
+    assert {key: row["verdict"] for key, row in results.items()} == {name: CASES[name][1] for name in QUICK}
+    honest = results["honest"]
+    assert honest["label"] == "TESTS VERIFIED"
+    assert (honest["passed"], honest["total"], honest["score"]) == (5, 5, 100.0)
+    assert honest["run"]["status"] == "ok" and honest["run"]["peak_memory"] > 0 and honest["run"]["cpu_time"] > 0
+    assert {test["outcome"] for test in honest["tests"]} == {"passed"}
+    assert all(test["duration"] >= 0 for test in honest["tests"])
+
+
+def test_grades_csv_is_one_row_per_submission(graded: Path) -> None:
+    with open(graded / "out" / "grades.csv", newline="") as handle:
+        table = list(csv.reader(handle))
+    assert tuple(table[0]) == CSV_FIELDS == ("id", "verdict", "passed", "failed", "errors", "total", "score")
+    by_id = {row[0]: row for row in table[1:]}
+    assert sorted(by_id) == sorted(QUICK)
+    assert by_id["honest"] == ["honest", "verified", "5", "0", "0", "5", "100.00"]
+    assert by_id["buggy"] == ["buggy", "failed", "1", "4", "0", "5", "20.00"]
+    assert by_id["missing"] == ["missing", "unverified", "0", "0", "0", "0", "0.00"]
+
+
+def test_junit_xml_has_a_testsuite_per_submission(graded: Path) -> None:
+    root = ET.parse(graded / "out" / "junit.xml").getroot()
+    assert root.tag == "testsuites"
+    suites = {suite.get("name"): suite for suite in root.findall("testsuite")}
+    assert sorted(suites) == sorted(QUICK)
+    buggy = suites["buggy"]
+    assert (buggy.get("tests"), buggy.get("failures"), buggy.get("errors")) == ("5", "4", "0")
+    failure = buggy.find("testcase[@name='test_ten']/failure")
+    assert failure is not None and failure.get("message") == "assert 10 == 55"
+    missing = suites["missing"]
+    error = missing.find("testcase[@name='verdict']/error")
+    assert error is not None and error.get("message", "").startswith("TESTS UNVERIFIED: pytest exit 2")
+    for suite in suites.values():
+        assert int(suite.get("tests", "0")) == len(suite.findall("testcase"))
+
+
+def test_report_html_is_self_contained_and_colours_by_exact_value(graded: Path) -> None:
+    page = (graded / "out" / "report.html").read_text()
+    assert "<svg" in page and page.count("<tr>") == len(QUICK) + 1
+    assert not re.search(r"<script|<link|\bsrc=|@import|url\(", page)
+    assert not re.search(r"https?://(?!www\.w3\.org/2000/svg)", page)
+    verified_badge = f'background:{COLOURS[Verdict.VERIFIED]}">TESTS VERIFIED<'
+    assert page.count(verified_badge) == 1  # only honest; TESTS UNVERIFIED has its own colour
+    assert f'background:{COLOURS[Verdict.UNVERIFIED]}">TESTS UNVERIFIED<' in page
+    assert "test_fib.py::test_ten" in page  # the pass-rate chart names each test
+
+
+def test_resume_grades_only_what_is_missing(graded: Path) -> None:
+    first = rows(graded)
+    write_cases(graded / "subs", ["own_config"])
+    assert grade(graded, "--resume") == 0
+    second = rows(graded)
+    assert sorted(second) == sorted([*QUICK, "own_config"])
+    for name in QUICK:
+        assert second[name] == first[name]  # not graded again: same figures to the last digit
+    assert second["own_config"]["verdict"] == "failed"
+
+
+def test_resume_after_an_interrupted_run_keeps_finished_rows(graded: Path) -> None:
+    data = json.loads((graded / "out" / "results.json").read_text())
+    kept = data["submissions"][:2]
+    (graded / "out" / "results.json").write_text(json.dumps({**data, "submissions": kept}))
+    assert grade(graded, "--resume") == 0
+    again = rows(graded)
+    assert sorted(again) == sorted(QUICK)
+    for row in kept:
+        assert again[row["id"]] == row
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        ("no_tests", "no tests found (files named test_*.py or *_test.py)"),
+        ("empty_subs", "no submissions found (folders, .zip, .py or .ipynb files)"),
+        ("missing_tests", "no such tests folder or test file"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], setup: str, message: str
+) -> None:
+    (tmp_path / "subs").mkdir()
+    (tmp_path / "tests").mkdir()
+    if setup != "empty_subs":
+        write_cases(tmp_path / "subs", ["honest"])
+    if setup == "empty_subs":
+        write_suite(tmp_path / "tests")
+    if setup == "missing_tests":
+        (tmp_path / "tests").rmdir()
+    assert grade(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("cellbox grade: error: ") and message in err
+
+
+@pytest.mark.slow
+def test_many_submissions_each_get_exactly_one_row_and_leave_nothing(tmp_path: Path) -> None:
+    write_suite(tmp_path / "tests")
+    expected = write_cases(tmp_path / "subs")
+    for copy in range(3):
+        for name in ("honest", "buggy", "early_exit"):
+            write_tree(tmp_path / "subs" / f"copy{copy}_{name}", CASES[name][0])
+            expected[f"copy{copy}_{name}"] = CASES[name][1]
+    assert grade(tmp_path, "--jobs", "2") == 0
+    results = rows(tmp_path)
+    assert {key: row["verdict"] for key, row in results.items()} == expected
+    assert survivors(DAEMON_MARKER) == []
+    assert not list(Path(tempfile.gettempdir()).glob("cellbox-grade-*"))
