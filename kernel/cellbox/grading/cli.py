@@ -71,7 +71,14 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         dask=args.dask,
         resume=args.resume,
     )
-    results = _grade_with_progress(grading)
+    try:
+        results = _grade_with_progress(grading)
+    except OSError as exc:
+        from .cluster import ClusterError
+
+        if isinstance(exc, ClusterError):
+            raise UsageError(str(exc)) from None
+        raise
     paths = write_reports(out, results)
     print_summary(results)
     print(f"cellbox grade: reports in {out}/ ({', '.join(p.name for p in paths)}, results.json)", file=sys.stderr)

@@ -24,7 +24,13 @@ from .submissions import Submission
 from .task import GradeSettings, Suite, grade_safely
 from .venvs import BaseLibrary
 
-__all__ = ["grade_on_cluster", "grade_on_worker"]
+__all__ = ["grade_on_cluster", "grade_on_worker", "ClusterError", "CONNECT_TIMEOUT"]
+
+CONNECT_TIMEOUT = "10s"  # how long to try reaching the scheduler
+
+
+class ClusterError(OSError):
+    """The Dask scheduler could not be reached; the message is one line."""
 
 _base_lock = threading.Lock()
 _bases: list[BaseLibrary] = []  # at most one per worker process, removed at its exit
@@ -56,11 +62,16 @@ def grade_on_cluster(
     """Submit one task per submission to the scheduler at ``address``; ``record`` each row as it comes.
 
     Raises:
-        OSError: the scheduler cannot be reached (distributed's connect timeout).
+        ClusterError: the scheduler cannot be reached within :data:`CONNECT_TIMEOUT`.
     """
     from distributed import Client, as_completed
 
-    with Client(address, set_as_default=False) as client:
+    try:
+        client = Client(address, set_as_default=False, timeout=CONNECT_TIMEOUT)
+    except (OSError, ValueError) as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ClusterError(f"cannot reach the dask scheduler at {address} ({first})") from None
+    with client:
         futures = {
             client.submit(
                 grade_on_worker,
@@ -72,7 +83,7 @@ def grade_on_cluster(
             ): sub
             for index, sub in enumerate(todo)
         }
-        for future in as_completed(futures):
+        for future in as_completed(futures, loop=client.loop):
             submission = futures[future]
             try:
                 result = SubmissionResult.from_json(future.result())

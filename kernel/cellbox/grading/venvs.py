@@ -65,7 +65,7 @@ class BaseLibrary:
         Raises:
             RuntimeError: a base distribution is not installed beside the grader.
         """
-        root = Path(tempfile.mkdtemp(prefix="cellbox-grade-base-", dir=parent))
+        root = Path(tempfile.mkdtemp(prefix="cellbox-base-", dir=parent))
         library = root / "lib"
         try:
             for name in BASE_DISTRIBUTIONS:
