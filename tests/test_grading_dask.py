@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from grading_cases import CASES, DAEMON_MARKER, write_cases, write_suite
-from sandboxkit import survivors
 
 from cellbox.cli import main
+from grading_cases import CASES, DAEMON_MARKER, write_cases, write_suite
+from sandboxkit import survivors
 
 distributed = pytest.importorskip("distributed")
 
