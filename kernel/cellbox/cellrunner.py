@@ -270,10 +270,16 @@ def _restore(shell: Any, state: dict[str, Any], history: list[str]) -> None:
     # IPython resets _, __ and ___ when it builds the namespace: set them again.
     shell.user_ns.update(state.get("names", {}))
     hm = shell.history_manager
-    parsed = [""] + [shell.transform_cell(source) if source else "" for source in history[1:]]
-    hm.input_hist_raw[:] = list(history)
+    parsed = [""] + [shell.transform_cell(source).rstrip("\n") if source else "" for source in history[1:]]
+    hm.input_hist_raw[:] = [source.rstrip("\n") for source in history]
     hm.input_hist_parsed[:] = parsed
-    hm.output_hist.update(state.get("out", {}))
+    # _i, _ii, _iii and _iN as IPython's HistoryManager.store_inputs keeps them.
+    earlier = parsed + ["", "", ""]
+    hm._i00, hm._i, hm._ii = earlier[len(parsed) - 1], earlier[len(parsed) - 2], earlier[len(parsed) - 3]
+    shell.user_ns.update({f"_i{n}": source for n, source in enumerate(parsed) if n})
+    out = state.get("out", {})
+    hm.output_hist.update(out)
+    shell.user_ns.update({f"_{n}": value for n, value in out.items()})
     for key, value in state.get("environ", {}).items():
         if value is None:
             os.environ.pop(key, None)

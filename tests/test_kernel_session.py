@@ -1,0 +1,250 @@
+"""A cellbox kernel session: state carried between cells, interrupts, stdin, shutdown, settings."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
+from jupyter_client.manager import KernelManager
+
+from kernelkit import execute, running_kernel, survivors
+
+
+@pytest.fixture(scope="module")
+def kc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BlockingKernelClient]:
+    with running_kernel("cellbox", cwd=str(tmp_path_factory.mktemp("notebook"))) as (_km, client):
+        yield client
+
+
+# --------------------------------------------------------------------------- state
+
+
+def test_values_functions_classes_and_imports_reach_later_cells(kc: BlockingKernelClient) -> None:
+    define = """
+import math
+from collections import Counter
+rate = 3
+def scaled(x):
+    return x * rate
+class Point:
+    def __init__(self, x): self.x = x
+    def norm(self): return math.fabs(self.x)
+p = Point(-2.5)
+counts = Counter("abca")
+"""
+    assert execute(kc, define).status == "ok"
+    result = execute(kc, "print(scaled(2), p.norm(), isinstance(p, Point), counts['a'], math.pi > 3)")
+    assert result.stream() == "6 2.5 True 2 True\n"
+
+
+def test_functions_see_later_changes_of_globals(kc: BlockingKernelClient) -> None:
+    execute(kc, "level = 1\ndef current():\n    return level")
+    execute(kc, "level = 2")
+    assert execute(kc, "print(current())").stream() == "2\n"
+
+
+def test_failed_cell_leaves_the_state_as_it_was(kc: BlockingKernelClient) -> None:
+    execute(kc, "total = 10")
+    assert execute(kc, "total = 99\nraise ValueError('stop')").status == "error"
+    assert execute(kc, "print(total)").stream() == "10\n"
+
+
+def test_stopped_cell_leaves_the_state_as_it_was(kc: BlockingKernelClient) -> None:
+    execute(kc, "phase = 'before'")
+    result = execute(kc, "%%limits wall=1\nphase = 'during'\nwhile True: pass")
+    assert result.errors[0]["ename"] == "CellTimeoutError"
+    assert execute(kc, "print(phase)").stream() == "before\n"
+
+
+def test_names_that_cannot_be_carried_are_listed_once(kc: BlockingKernelClient) -> None:
+    first = execute(kc, "import threading\nlock = threading.Lock()\nsquares = (i * i for i in range(3))\nkept = 1")
+    assert first.stream("stderr") == (
+        "cellbox: these names cannot be carried to the next cells, which will not see them: "
+        "lock (lock: TypeError), squares (generator: TypeError)\n"
+    )
+    again = execute(kc, "lock = threading.Lock()")
+    assert again.stream("stderr") == ""
+    later = execute(kc, "print(kept, 'lock' in dir(), 'squares' in dir())")
+    assert later.stream() == "1 False False\n"
+
+
+def test_last_result_and_out_are_carried(kc: BlockingKernelClient) -> None:
+    first = execute(kc, "21 * 2")
+    n = first.content["execution_count"]
+    result = execute(kc, f"print(_, Out[{n}], _{n}, In[{n}])")
+    assert result.stream() == "42 42 42 21 * 2\n"
+
+
+def test_env_magic_changes_are_carried_but_not_in_the_kernel(kc: BlockingKernelClient) -> None:
+    assert execute(kc, "%env COURSE_LEVEL=beginner").stream() == "env: COURSE_LEVEL=beginner\n"
+    assert execute(kc, "import os\nprint(os.environ['COURSE_LEVEL'])").stream() == "beginner\n"
+    assert "COURSE_LEVEL" not in os.environ
+
+
+def test_reset_clears_the_state(kc: BlockingKernelClient) -> None:
+    execute(kc, "forgotten = 1")
+    assert execute(kc, "%reset -f").status == "ok"
+    result = execute(kc, "forgotten")
+    assert result.content["ename"] == "NameError"
+
+
+def test_carry_state_false_gives_fresh_cells(tmp_path: Path) -> None:
+    with running_kernel("cellbox", cwd=str(tmp_path), extra=["--CellboxKernel.carry_state=False"]) as (_km, kc):
+        execute(kc, "x = 1")
+        assert execute(kc, "x").content["ename"] == "NameError"
+
+
+# --------------------------------------------------------------------------- stdin
+
+
+def test_input_goes_through_the_frontend(kc: BlockingKernelClient) -> None:
+    prompts: list[dict[str, Any]] = []
+
+    def answer(request: dict[str, Any]) -> str:
+        prompts.append(request)
+        return "Ada"
+
+    result = execute(kc, "name = input('Your name? ')\nprint('Hello,', name)", answer=answer)
+    assert prompts == [{"prompt": "Your name? ", "password": False}]
+    assert result.stream() == "Hello, Ada\n"
+
+
+def test_getpass_asks_for_a_password(kc: BlockingKernelClient) -> None:
+    prompts: list[dict[str, Any]] = []
+
+    def answer(request: dict[str, Any]) -> str:
+        prompts.append(request)
+        return "s3cret"
+
+    result = execute(kc, "import getpass\nprint(len(getpass.getpass('PIN: ')))", answer=answer)
+    assert prompts == [{"prompt": "PIN: ", "password": True}]
+    assert result.stream() == "6\n"
+
+
+def test_input_without_stdin_fails_at_once(kc: BlockingKernelClient) -> None:
+    start = time.monotonic()
+    result = execute(kc, "input('never asked: ')", allow_stdin=False)
+    assert result.content["ename"] == "StdinNotImplementedError"
+    assert result.content["evalue"] == "raw_input was called, but this frontend does not support input requests."
+    assert time.monotonic() - start < 20  # nowhere near the 30 s wall limit: it did not wait
+
+
+# --------------------------------------------------------------------------- interrupt
+
+
+def _interrupt_when_started(km: KernelManager) -> Any:
+    def during(msg: dict[str, Any]) -> None:
+        if msg["msg_type"] == "stream" and "started" in msg["content"]["text"]:
+            threading.Timer(0.3, km.interrupt_kernel).start()
+
+    return during
+
+
+@pytest.mark.parametrize("mode", ["signal", "message"])
+def test_interrupt_stops_the_cell_and_the_kernel_lives_on(mode: str, tmp_path: Path) -> None:
+    mark = f"cellbox-test-{uuid.uuid4().hex}"
+    with running_kernel("cellbox", cwd=str(tmp_path), interrupt_mode=mode) as (km, kc):
+        execute(kc, "kept = 'yes'")
+        code = (
+            f"import subprocess, time\nsubprocess.Popen(['sh', '-c', 'sleep 300; : {mark}'])\n"
+            "print('started')\ntime.sleep(300)"
+        )
+        result = execute(kc, code, during=_interrupt_when_started(km))
+        assert result.status == "error"
+        assert result.content["ename"] == "KeyboardInterrupt"
+        assert result.metadata["cellbox"]["status"] == "interrupted"
+        assert "----> 4 time.sleep(300)" in result.traceback
+        assert survivors(mark) == []
+        assert execute(kc, "print(kept)").stream() == "yes\n"
+
+
+def test_interrupt_ignored_by_the_cell_is_followed_by_a_kill(tmp_path: Path) -> None:
+    code = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('started')\ntime.sleep(300)"
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (km, kc):
+        result = execute(kc, code, during=_interrupt_when_started(km))
+        assert (result.content["ename"], result.content["evalue"]) == ("KeyboardInterrupt", "the cell was interrupted")
+        assert execute(kc, "print('alive')").stream() == "alive\n"
+
+
+def test_interrupt_while_waiting_for_input(tmp_path: Path) -> None:
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (km, kc):
+        asked = threading.Event()
+
+        def answer(request: dict[str, Any]) -> str:
+            asked.set()
+            km.interrupt_kernel()
+            time.sleep(2)
+            return "too late"
+
+        result = execute(kc, "input('? ')", answer=answer)
+        assert asked.is_set()
+        assert result.content["ename"] == "KeyboardInterrupt"
+        assert execute(kc, "print('alive')").stream() == "alive\n"
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+
+def _task_directory(kc: BlockingKernelClient) -> Path:
+    home = execute(kc, "import os\nprint(os.environ['HOME'])").stream().strip()
+    return Path(home).parent
+
+
+def test_shutdown_kills_the_running_cell_and_removes_the_task_directory(tmp_path: Path) -> None:
+    mark = f"cellbox-test-{uuid.uuid4().hex}"
+    km = KernelManager(kernel_name="cellbox")
+    km.start_kernel(cwd=str(tmp_path))
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=60)
+    task = _task_directory(kc)
+    assert task.is_dir() and task.name.startswith("cellbox-kernel-")
+    kc.execute(f"import subprocess\nsubprocess.run(['sh', '-c', 'sleep 300; : {mark}'])")
+    deadline = time.monotonic() + 20
+    while not survivors(mark) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert survivors(mark)
+    kc.stop_channels()
+    km.shutdown_kernel(now=False)
+    assert survivors(mark) == []
+    assert not task.exists()
+
+
+def test_restart_starts_a_fresh_session(tmp_path: Path) -> None:
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (km, kc):
+        execute(kc, "before_restart = 1")
+        old_task = _task_directory(kc)
+        km.restart_kernel(now=False)
+        kc.wait_for_ready(timeout=60)
+        assert not old_task.exists()
+        assert execute(kc, "before_restart").content["ename"] == "NameError"
+
+
+# --------------------------------------------------------------------------- settings and info
+
+
+def test_kernel_info_is_pythons_with_limits_in_the_banner_and_no_debugger(kc: BlockingKernelClient) -> None:
+    kc.kernel_info()
+    info = kc.get_shell_msg(timeout=30)["content"]
+    assert info["implementation"] == "cellbox"
+    assert info["language_info"]["name"] == "python"
+    assert info["language_info"]["file_extension"] == ".py"
+    assert info["language_info"]["codemirror_mode"] == {"name": "ipython", "version": 3}
+    assert "debugger" not in info["supported_features"]
+    assert info.get("debugger", False) is False
+    assert "limits: wall 30 s, cpu 30 s, memory 2G, output 1M" in info["banner"]
+
+
+def test_settings_in_the_kernel_arguments_set_the_session_limits(tmp_path: Path) -> None:
+    extra = ["--CellboxKernel.wall_time=12", "--CellboxKernel.memory=768M", "--CellboxKernel.output=64K"]
+    with running_kernel("cellbox", cwd=str(tmp_path), extra=extra) as (_km, kc):
+        assert execute(kc, "%limits").stream() == "wall 12 s, cpu 30 s, memory 768M, output 64K\n"
+        limits = execute(kc, "pass").metadata["cellbox"]["limits"]
+        assert (limits["wall_time"], limits["memory"], limits["output"]) == (12.0, 768 * 2**20, 64 * 2**10)
