@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import compileall
 import importlib.metadata
+import json
 import os
 import shutil
 import sys
@@ -71,6 +72,7 @@ class BaseLibrary:
             for name in BASE_DISTRIBUTIONS:
                 _copy_distribution(name, library)
             shutil.copyfile(Path(__file__).with_name("reporter.py"), library / f"{REPORTER_MODULE}.py")
+            _trim_pygments(library)
             # Compiled once here; copies keep the mtimes (copy2), so the .pyc stay valid
             # in the task even though its children never write bytecode.
             compileall.compile_dir(library, quiet=2, workers=1)
@@ -110,6 +112,43 @@ def _copy_distribution(name: str, library: Path) -> None:
         target = library.joinpath(*parts)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, target)
+
+
+# A pytest session over passing, failing, erroring and skipped tests, run once
+# by the grader (trusted code, no submission) to see which pygments modules
+# pytest really imports with --color=no; the rest of pygments (its hundreds of
+# lexers and styles) is not copied into every task.
+_TRACE = """
+import json, os, sys, tempfile
+library = sys.argv.pop(1)
+sys.path.insert(0, library)
+import pytest
+folder = tempfile.mkdtemp()
+with open(os.path.join(folder, "test_trace.py"), "w") as f:
+    f.write("import pytest\\n@pytest.fixture\\ndef broken():\\n    raise ValueError\\n"
+            "def test_pass():\\n    pass\\ndef test_fail():\\n    assert [1, 2] == [1, 3]\\n"
+            "def test_error(broken):\\n    pass\\ndef test_skip():\\n    pytest.skip('x')\\n"
+            "@pytest.mark.xfail\\ndef test_xfail():\\n    assert 0\\n")
+pytest.main(["-q", "-p", "no:cacheprovider", "--color=no", "--code-highlight=no", "--tb=short", "-rA", folder])
+print(json.dumps(sorted({m.__file__ for m in list(sys.modules.values())
+                         if getattr(m, "__file__", None) and m.__file__.startswith(library)})))
+"""
+
+
+def _trim_pygments(library: Path) -> None:
+    """Delete the pygments modules a pytest session does not import (see ``_TRACE``)."""
+    from ..sandbox import run
+
+    done = run([sys.executable, "-I", "-B", "-c", _TRACE, str(library)], env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    try:
+        used = {Path(name) for name in json.loads(done.stdout.strip().splitlines()[-1])}
+    except (ValueError, IndexError):
+        return  # keep all of pygments: slower copies, same behaviour
+    for path in (library / "pygments").rglob("*.py"):
+        if path not in used and path.name != "__init__.py":
+            path.unlink()
+            for compiled in (path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"):
+                compiled.unlink()
 
 
 def create_venv(path: Path) -> Path:

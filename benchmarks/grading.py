@@ -1,0 +1,165 @@
+"""What grading costs: ``cellbox grade`` against two plain loops over the same submissions.
+
+Makes N small submissions (default 50; a correct ``fib`` module each) and a
+five-test instructor suite, then grades them three ways, each with two at once
+(``--jobs 2`` / a two-thread pool):
+
+* **cellbox**: ``cellbox grade --jobs 2`` (a task directory and a fresh venv per
+  submission, the sandbox, the grader's reporter, the reports);
+* **(a) shared venv**: the plain, unsandboxed loop: one ``pytest`` per
+  submission with this interpreter (pytest already installed), the
+  submission on ``PYTHONPATH``: the floor;
+* **(b) naive venv**: per submission ``python -m venv``, ``pip install pytest``
+  (from pip's cache after the first one, or the index), then ``pytest``.
+
+Prints, for each, the median seconds per submission, the total wall time, and
+ratios.  Run it with::
+
+    /work/venv/bin/python benchmarks/grading.py [--submissions 50] [--naive 50]
+
+``--naive`` grades only that many submissions the naive way (it is slow);
+its per-submission median is still comparable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TESTS = '''
+import fib
+
+def test_base_cases():
+    assert fib.fib(0) == 0
+    assert fib.fib(1) == 1
+
+def test_ten():
+    assert fib.fib(10) == 55
+
+def test_twenty():
+    assert fib.fib(20) == 6765
+
+def test_two():
+    assert fib.fib(2) == 1
+
+def test_three():
+    assert fib.fib(3) == 2
+'''
+FIB = '''
+def fib(n):
+    a, b = 0, 1
+    for _ in range(n):
+        a, b = b, a + b
+    return a
+'''
+JOBS = 2
+
+
+def make(root: Path, count: int) -> tuple[Path, Path, list[Path]]:
+    tests = root / "tests"
+    tests.mkdir(parents=True)
+    (tests / "test_fib.py").write_text(TESTS)
+    subs = root / "subs"
+    folders = []
+    for index in range(count):
+        folder = subs / f"student{index:03d}"
+        folder.mkdir(parents=True)
+        (folder / "fib.py").write_text(FIB)
+        folders.append(folder)
+    return tests, subs, folders
+
+
+def timed_pool(function, items: list[Path]) -> tuple[list[float], float]:  # type: ignore[no-untyped-def]
+    """Run ``function(item)`` for every item on a two-thread pool: per-item seconds and the total."""
+
+    def one(item: Path) -> float:
+        started = time.perf_counter()
+        function(item)
+        return time.perf_counter() - started
+
+    started = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(JOBS) as pool:
+        times = list(pool.map(one, items))
+    return times, time.perf_counter() - started
+
+
+def shared_venv(tests: Path):  # type: ignore[no-untyped-def]
+    def grade(folder: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": str(folder), "PYTHONDONTWRITEBYTECODE": "1"}
+        result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)],
+                                cwd=folder, env=env, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise SystemExit(f"(a) failed for {folder.name}:\n{result.stdout}{result.stderr}")
+    return grade
+
+
+def naive_venv(tests: Path, scratch: Path):  # type: ignore[no-untyped-def]
+    def grade(folder: Path) -> None:
+        env_dir = scratch / f"venv-{folder.name}"
+        try:
+            subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True, capture_output=True)
+            python = str(env_dir / "bin" / "python")
+            subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "pytest"],
+                           check=True, capture_output=True)
+            result = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)],
+                                    cwd=folder, env={**os.environ, "PYTHONPATH": str(folder)},
+                                    capture_output=True, text=True)
+            if result.returncode != 0:
+                raise SystemExit(f"(b) failed for {folder.name}:\n{result.stdout}{result.stderr}")
+        finally:
+            shutil.rmtree(env_dir, ignore_errors=True)
+    return grade
+
+
+def cellbox_grade(tests: Path, subs: Path, out: Path) -> tuple[list[float], float]:
+    script = Path(sys.executable).with_name("cellbox")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "cellbox.cli"]
+    started = time.perf_counter()
+    subprocess.run([*command, "grade", str(subs), "--tests", str(tests), "--out", str(out), "--jobs", str(JOBS)],
+                   check=True, capture_output=True)
+    total = time.perf_counter() - started
+    rows = json.loads((out / "results.json").read_text())["submissions"]
+    verdicts = {row["verdict"] for row in rows}
+    if verdicts != {"verified"}:
+        raise SystemExit(f"cellbox grade gave {verdicts}, expected only verified")
+    return [row["duration"] for row in rows], total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--submissions", type=int, default=50)
+    parser.add_argument("--naive", type=int, default=50, help="how many to grade the naive way (b)")
+    args = parser.parse_args()
+    print(f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} cores, "
+          f"{args.submissions} submissions, {JOBS} at once")
+    with tempfile.TemporaryDirectory(prefix="cellbox-bench-") as scratch:
+        root = Path(scratch)
+        tests, subs, folders = make(root, args.submissions)
+        figures = {
+            "cellbox grade": cellbox_grade(tests, subs, root / "out"),
+            "(a) shared venv, plain pytest": timed_pool(shared_venv(tests), folders),
+            "(b) new venv + pip install + pytest": timed_pool(naive_venv(tests, root), folders[: args.naive]),
+        }
+    floor = statistics.median(figures["(a) shared venv, plain pytest"][0])
+    ours = statistics.median(figures["cellbox grade"][0])
+    print(f"{'':38} {'median s/submission':>20} {'total s':>9} {'n':>4} {'median / (a)':>13}")
+    for name, (times, total) in figures.items():
+        median = statistics.median(times)
+        print(f"{name:38} {median:20.3f} {total:9.1f} {len(times):4d} {median / floor:13.2f}")
+    naive = statistics.median(figures["(b) new venv + pip install + pytest"][0])
+    print(f"cellbox overhead over (a): {ours - floor:.3f} s per submission (median); "
+          f"(b) / cellbox: {naive / ours:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
