@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import fnmatch
 import json
 import os
 import platform
@@ -53,6 +54,8 @@ _DEFAULTS = Limits()
 # Seconds stream text waits for more, so one print is one message, not two
 # (the child writes unbuffered: text and newline arrive separately).
 STREAM_DELAY = 0.05
+# History replies name one session: this kernel process's.
+SESSION_NUMBER = 1
 
 # Human names of the signals a crashed cell most often dies of.
 _SIGNAL_WORDS = {
@@ -209,6 +212,7 @@ class CellboxKernel(Kernel):
         self._inputs: list[str] = [""]  # In[0] is empty, as in IPython
         self._good_sources: list[str] = []  # cells that ran successfully, for completion
         self._warned: set[str] = set()
+        self._outputs: dict[int, str] = {}  # execution count -> text/plain of its result, for history
         self._running: Run | None = None
         self._input_cancel = threading.Event()
         self._last_outcome: dict[str, Any] | None = None
@@ -484,9 +488,37 @@ class CellboxKernel(Kernel):
 
         return inspect(self._good_sources, code, cursor_pos, self.notebook_dir, detail_level)
 
-    def do_history(self, *args: Any, **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
-        """The inputs of this session, newest last (``tail`` and ``range`` both give all of them)."""
-        return {"status": "ok", "history": [(0, n, src) for n, src in enumerate(self._inputs) if n]}
+    def do_history(  # type: ignore[override]
+        self,
+        hist_access_type: str,
+        output: bool,
+        raw: bool,
+        session: int | None = None,
+        start: int | None = None,
+        stop: int | None = None,
+        n: int | None = None,
+        pattern: str | None = None,
+        unique: bool = False,
+    ) -> dict[str, Any]:
+        """This session's inputs (and with ``output``, the text of their results), as the protocol asks.
+
+        ``tail`` gives the last ``n``; ``range`` the cells ``start`` to ``stop - 1``;
+        ``search`` the cells matching the glob ``pattern`` (newest ``n``, ``unique``).
+        """
+        entries = [(SESSION_NUMBER, number, source) for number, source in enumerate(self._inputs) if number]
+        if hist_access_type == "range":
+            low, high = start or 1, stop if stop is not None else len(self._inputs)
+            entries = [e for e in entries if low <= e[1] < high]
+        elif hist_access_type == "search":
+            entries = [e for e in entries if fnmatch.fnmatchcase(e[2], pattern or "*")]
+            if unique:
+                newest = {source: (a, b, source) for a, b, source in entries}
+                entries = sorted(newest.values(), key=lambda e: e[1])
+        if hist_access_type in ("tail", "search") and n:
+            entries = entries[-n:]
+        if output:
+            entries = [(a, b, (src, self._outputs.get(b))) for a, b, src in entries]  # type: ignore[misc]
+        return {"status": "ok", "history": entries}
 
 
 class _Cell:
@@ -556,6 +588,7 @@ class _Cell:
         elif kind == "execute_result" and not self.silent:
             content = _pick(message, "data", "metadata")
             content["execution_count"] = self.kernel.execution_count
+            self.kernel._outputs[self.kernel.execution_count] = str(content["data"].get("text/plain", ""))
             self.send("execute_result", content)
         elif kind == "clear_output":
             self.send("clear_output", {"wait": bool(message.get("wait"))})
