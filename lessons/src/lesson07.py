@@ -102,6 +102,7 @@ finally:
     proc.communicate()
 time.sleep(0.2)
 print(f"grandchild {int(pid_line)} alive: {alive(int(pid_line))}")
+del proc   # a Popen object belongs to this process: under the cellbox kernel it cannot travel to the next cell
 """)
 
 md("""
@@ -120,6 +121,7 @@ proc.wait()
 time.sleep(0.2)
 print(f"grandchild {escaped} after killpg, alive: {alive(escaped)}")
 os.kill(escaped, signal.SIGKILL)   # we only knew its pid because it told us
+del proc
 """)
 
 md("""
@@ -172,6 +174,7 @@ for pid in strays:
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)          # we are its parent now, so we collect it
 print(f"after the sweep, {escaped} alive: {alive(escaped)}")
+del proc, libc
 """)
 
 md("""

@@ -33,17 +33,18 @@ the demonstration ends; with a plain `with lock:` the child, and `Popen` waiting
 code("""
 import subprocess, sys, threading, time
 
-lock = threading.Lock()
-
-def busy_thread():
+def hold(lock, seconds):
+    \"\"\"What a busy thread does: hold `lock` for `seconds`.\"\"\"
     with lock:
-        time.sleep(3)          # holds the lock for 3 s
+        time.sleep(seconds)
+
+lock = threading.Lock()
 
 def preexec():
     if not lock.acquire(timeout=2):
         raise RuntimeError("deadlock: this lock's owner is a thread that does not exist in the child")
 
-worker = threading.Thread(target=busy_thread)
+worker = threading.Thread(target=hold, args=(lock, 3))
 worker.start()
 time.sleep(0.1)
 started = time.monotonic()
@@ -52,6 +53,9 @@ try:
 except subprocess.SubprocessError as error:
     print(f"after {time.monotonic() - started:.1f} s: {type(error).__name__}: {error}")
 worker.join()
+# Locks and threads live in this process only; under the cellbox kernel every cell is a new process,
+# so we let go of them here instead of leaving the kernel to warn that they cannot be carried.
+del lock, worker, preexec
 """)
 
 md("""
@@ -82,6 +86,7 @@ proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(256 * MB), "2", sys
                         stdout=subprocess.PIPE, text=True)
 print("launcher pid", proc.pid)
 print("after exec:  ", proc.communicate()[0].strip())
+del proc
 """)
 
 md("""
@@ -90,13 +95,15 @@ the parent too, because nothing of ours runs in the child before `exec`:
 """)
 
 code("""
-worker = threading.Thread(target=busy_thread)
+lock = threading.Lock()
+worker = threading.Thread(target=hold, args=(lock, 3))
 worker.start()
 time.sleep(0.1)
 result = subprocess.run([sys.executable, "-c", LAUNCHER, str(200 * MB), "2",
                          sys.executable, "-c", "x = bytearray(400 * 1024 * 1024)"], capture_output=True, text=True)
 print("with a lock held by another thread, the child started and hit its limit:", result.stderr.strip().splitlines()[-1])
 worker.join()
+del lock, worker
 """)
 
 md("""

@@ -65,15 +65,16 @@ Here is a small project whose backend writes a file into the home directory when
 code("""
 project = os.path.join(task, "friendly")
 os.makedirs(project)
-with open(os.path.join(project, "pyproject.toml"), "w") as f:
-    f.write('[build-system]\\nrequires = []\\nbuild-backend = "backend"\\nbackend-path = ["."]\\n'
+with open(os.path.join(project, "pyproject.toml"), "w") as pyproject:
+    pyproject.write('[build-system]\\nrequires = []\\nbuild-backend = "backend"\\nbackend-path = ["."]\\n'
             '[project]\\nname = "friendly"\\nversion = "1.0"\\n')
-with open(os.path.join(project, "backend.py"), "w") as f:
-    f.write("import os\\n"
+with open(os.path.join(project, "backend.py"), "w") as backend:
+    backend.write("import os\\n"
             "with open(os.path.expanduser('~/i-was-here.txt'), 'w') as note:\\n"
             "    note.write(f'the build backend ran and saw {len(os.environ)} environment variables')\\n"
             "def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):\\n"
             "    raise RuntimeError('this project builds nothing: it only wanted to run')\\n")
+del pyproject, backend   # closed files cannot travel to the next cell under the cellbox kernel
 print(sorted(os.listdir(project)))
 """)
 

@@ -52,6 +52,7 @@ send = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=
 result = subprocess.run([sys.executable, "-c", send], capture_output=True, text=True, timeout=10)
 server.close()
 print("child's returncode:", result.returncode, "| the server received:", received)
+del server   # a socket cannot travel to the next cell under the cellbox kernel
 """)
 
 md("""
@@ -80,6 +81,7 @@ if shutil.which("unshare"):
     send = f"import socket; socket.create_connection(('127.0.0.1', {server.getsockname()[1]}), timeout=2)"
     result = subprocess.run(["unshare", "-r", "-n", sys.executable, "-c", send], capture_output=True, text=True, timeout=10)
     server.close()
+    del server
     said = result.stderr.strip().splitlines()
     print("returncode:", result.returncode, "|", said[-1] if said else "(no message)")
 else:

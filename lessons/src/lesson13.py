@@ -1,0 +1,319 @@
+lesson(13, "the-cellbox-kernel", "The cellbox kernel")
+
+md("""
+# Lesson 13: the cellbox kernel
+
+**Goal:** see how the cellbox kernel puts lessons 1 to 12 together, and use it for real: per-cell limits with
+`%%limits`, an `Outcome` read from `cellbox.sandbox.run`, and a folder of submissions graded with `cellbox grade`.
+
+**The plan.** We follow one cell from JupyterLab to a limited child process and back, and check from inside this
+notebook what the kernel did to our cell (a new process, lowest priority, limits, a scrubbed environment). Then we
+break a few limits on purpose with `%%limits`, run children through the sandbox core ourselves and read their
+`Outcome`, and finally grade three small submissions and look at the report.
+
+This lesson is written for the **`Python 3 (cellbox)`** kernel (check the top right corner of JupyterLab).
+""")
+
+md("""
+## 1. A cell's journey
+
+```mermaid
+sequenceDiagram
+    participant L as JupyterLab
+    participant K as cellbox kernel (long-lived, has threads)
+    participant S as launcher + supervisor (_launch.py)
+    participant C as your cell (a fresh child)
+    L->>K: execute_request (the cell's code)
+    K->>K: read %%limits, build the allowlisted environment (lesson 4)
+    K->>S: start python -I _launch.py SPEC in a new session (lesson 7)
+    S->>C: fork, setrlimit + nice + ionice, exec (lessons 5, 8, 9)
+    C->>C: load the earlier cells' variables (cloudpickle), run the cell
+    C-->>K: stdout/stderr as they come; plots and results as JSON on fd 3 (lesson 12)
+    K->>K: wall deadline (lesson 6); on the end: kill the group and every stray (lesson 7)
+    S-->>K: exit status and rusage, as JSON
+    K-->>L: streams, display_data, error (e.g. CellTimeoutError), reply with the Outcome
+```
+
+The kernel process itself never runs your code, never unpickles what a cell produced, and keeps answering
+(interrupts, completions) while a cell runs. Your variables travel from cell to cell **inside the children**,
+saved with cloudpickle at the end of each successful cell.
+
+## 2. Look at your own cell
+
+Run these two cells and compare: each cell is a new process with its own pid, at niceness 19, with limits, with a
+home directory inside a throwaway task directory and none of the kernel's variables.
+""")
+
+code("""
+import os, resource, sys
+
+MB = 1024 * 1024
+first_pid = os.getpid()
+print("pid:", first_pid, "| niceness:", os.nice(0))
+print("RLIMIT_AS:", resource.getrlimit(resource.RLIMIT_AS)[0] // MB, "MB | RLIMIT_CPU:", resource.getrlimit(resource.RLIMIT_CPU))
+print("HOME:", os.environ.get("HOME"))
+print("environment names:", sorted(os.environ))
+""")
+
+code("""
+print("this cell's pid:", os.getpid(), "| the previous cell's:", first_pid, "| same process?", os.getpid() == first_pid)
+""")
+
+md("""
+Under the cellbox kernel the two pids differ, yet `first_pid` (and `os`, `MB`...) came through: that is the state
+carried by cloudpickle. Things that belong to one process (an open file, a socket, a thread, a running `Popen`)
+cannot be carried; the kernel lists them once in a warning instead of failing.
+
+A server started in a cell does not survive the cell: the supervisor kills every process the cell left behind.
+""")
+
+code("""
+import subprocess, time
+
+server = subprocess.Popen([sys.executable, "-m", "http.server", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+server_pid = server.pid
+time.sleep(0.3)
+print("started a server with pid", server_pid)
+del server
+""")
+
+code("""
+def alive(pid):
+    \"\"\"True if process `pid` exists and is not a zombie.\"\"\"
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+print("the server from the previous cell is alive:", alive(server_pid))
+if alive(server_pid):          # only under a kernel that keeps processes between cells
+    os.kill(server_pid, 9)
+""")
+
+md("""
+## 3. `%%limits`: per-cell limits
+
+A first line `%%limits wall=... cpu=... memory=... output=...` changes the limits for that one cell (sizes like
+`256M`, times like `2.5s`). When a limit stops a cell you get an error with a name and a sentence, and the kernel
+lives on. The next three cells **fail on purpose** (they are tagged `raises-exception`, so "Run All" goes on).
+""")
+
+code("""
+%%limits wall=2
+import time
+print("going to sleep for 5 s...")
+time.sleep(5)
+print("never printed")
+""", tags=["raises-exception"])
+
+code("""
+%%limits cpu=1 wall=10
+while True:
+    pass
+""", tags=["raises-exception"])
+
+code("""
+%%limits memory=300M
+hoard = []
+for _ in range(10):
+    hoard.append(bytearray(100 * 1024 * 1024))
+""", tags=["raises-exception"])
+
+md("""
+Three different names for three different problems: `CellTimeoutError` (the wall clock), `CellCPULimitError`
+(RLIMIT_CPU) and `CellMemoryLimitError` (RLIMIT_AS: the allocation failed long before the machine had to swap).
+A bad `%%limits` line is an error too, and the cell does not run at all.
+
+## 4. Reading an `Outcome`
+
+The kernel and the grader start every child through one function, `cellbox.sandbox.run`, and you can call it
+yourself. It returns an `Outcome`: `status` (one of `ok`, `error`, `crashed`, `timed_out`, `cpu_limit`,
+`memory_limit`, `output_limit`, `interrupted`), `exit_code`, `signal`, `wall_time`, `cpu_time`, `peak_memory`,
+`stdout`, `stderr`, `isolation`, `notes`, `killed_processes`...
+""")
+
+code("""
+from cellbox.limits import Limits
+from cellbox.sandbox import run
+
+limits = Limits(wall_time=2, cpu_time=1, memory=256 * MB)
+programs = {
+    "hello": "print('hello')",
+    "bug": "1 / 0",
+    "spin": "while True: pass",
+    "sleep": "import time; time.sleep(60)",
+    "hog": "x = bytearray(512 * 1024 * 1024)",
+    "daemon": "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import os, time; os.setsid(); time.sleep(60)'])",
+}
+outcomes = {}
+for name, source in programs.items():
+    outcome = run([sys.executable, "-c", source], limits=limits)
+    outcomes[name] = outcome.to_json()
+    print(f"{name:>6}: {outcome.summary()} killed={outcome.killed_processes}")
+print("isolation layers:", outcomes["hello"]["isolation"])
+""")
+
+md("""
+Each `status` is an exact string: compare it with `==`. (If the summary says "ran as root: not contained", this
+machine runs notebooks as root: rlimits cannot hold root back, which is why cellbox can run children as another user.) Note the daemon: its program ended with `ok`, and the
+supervisor still found and killed the process it left behind (`killed=1`).
+
+## 5. Grading a folder with `cellbox grade`
+
+`cellbox grade SUBMISSIONS --tests TESTS --out DIR` grades each entry of a folder (a package folder, a `.zip`, a
+single `.py`, or a notebook) in its own throwaway virtualenv, inside the sandbox, against hidden pytest tests, and
+writes `results.json`, `grades.csv`, `junit.xml` and `report.html`. Three submissions of lesson 1's exercise: an
+honest one, a buggy one, and one that fakes success with `os._exit(0)`.
+""")
+
+code("""
+import csv, shutil, tempfile, textwrap
+
+work = tempfile.mkdtemp(prefix="lesson13-")
+submissions, tests, out = (os.path.join(work, name) for name in ("submissions", "tests", "out"))
+os.makedirs(submissions)
+os.makedirs(tests)
+honest = textwrap.dedent('''
+    import subprocess, sys
+    def run_isolated(code):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        return r.returncode == 0, r.stdout, r.stderr
+''')
+sources = {"honest": honest, "buggy": honest.replace("== 0", "!= 0"), "faker": "import os\\nos._exit(0)\\n"}
+for name, source in sources.items():
+    with open(os.path.join(submissions, f"{name}.py"), "w") as file:
+        file.write(source)
+with open(os.path.join(tests, "test_run_isolated.py"), "w") as file:
+    file.write(textwrap.dedent('''
+        from submission import run_isolated
+
+        def test_success():
+            assert run_isolated("print(1)") == (True, "1\\\\n", "")
+
+        def test_failure():
+            assert run_isolated("1/0")[0] is False
+    '''))
+del file
+
+started = time.monotonic()
+graded = subprocess.run([sys.executable, "-m", "cellbox.cli", "grade", submissions, "--tests", tests, "--out", out,
+                         "--jobs", "2", "--wall", "20", "--memory", "1G"], capture_output=True, text=True)
+print(f"cellbox grade exited {graded.returncode} after {time.monotonic() - started:.1f} s")
+if os.path.exists(os.path.join(out, "grades.csv")):
+    for row in csv.DictReader(open(os.path.join(out, "grades.csv"))):
+        print(f"{row['id']:>7}: {row['verdict']:<11} passed {row['passed']} of {row['total']}")
+else:
+    print("no grades were written:", (graded.stderr or graded.stdout).strip()[-500:])
+""")
+
+md("""
+The faker's exit status was 0, and its verdict is still not `verified`: the grader's own pytest plugin sent no
+evidence that the tests ran (lesson 11). The same HTML report instructors get is shown below (in a sandboxed
+frame, so its styles stay inside it).
+""")
+
+code("""
+import html
+from IPython.display import display
+
+report = os.path.join(out, "report.html")
+if os.path.exists(report):
+    page = open(report).read()
+    frame = f'<iframe sandbox srcdoc="{html.escape(page)}" style="width: 100%; height: 420px; border: 1px solid #ccc"></iframe>'
+    display({"text/html": frame, "text/plain": f"report.html ({len(page)} characters)"}, raw=True)
+else:
+    print("no report.html was written")
+""")
+
+code("""
+shutil.rmtree(work)
+print("removed the grading folder")
+""")
+
+md("""
+Instructors: the hidden tests for these lessons are in `lessons/grading/` (one file per lesson). To grade your
+students, collect their completed notebooks in a folder (one notebook per student, or one folder per student with
+all their notebooks) and run `cellbox grade THAT_FOLDER --tests lessons/grading --out results`.
+
+## 6. Exercises
+
+Both take an `Outcome` as the JSON dict `Outcome.to_json()` gives (like the values of `outcomes` above).
+
+**`limit_hit(outcome)`**: the name of the `Limits` field that stopped the run: `"wall_time"` for `timed_out`,
+`"cpu_time"` for `cpu_limit`, `"memory"` for `memory_limit`, `"output"` for `output_limit`, else `None`.
+""")
+
+exercise("limit_hit", """
+def limit_hit(outcome):
+    \"\"\"The Limits field ("wall_time", "cpu_time", "memory", "output") that stopped a run, or None.\"\"\"
+    ### BEGIN SOLUTION
+    return {"timed_out": "wall_time", "cpu_limit": "cpu_time", "memory_limit": "memory",
+            "output_limit": "output"}.get(outcome["status"])
+    ### END SOLUTION
+""")
+
+check("limit_hit", """
+def test():
+    for name, wanted in [("hello", None), ("bug", None), ("spin", "cpu_time"), ("sleep", "wall_time"), ("hog", "memory")]:
+        got = limit_hit(outcomes[name])
+        expect(got == wanted, f"for the {name!r} run (status {outcomes[name]['status']!r}) limit_hit gave {got!r}, expected {wanted!r}")
+    return "you can tell which limit stopped a run"
+check("limit_hit", test)
+""")
+
+md("""
+**`limits_line(outcome)`**: the `%%limits` line that would give a stopped run twice the limit it hit, read from
+`outcome["limits"]`: `"%%limits wall=4"` for a run that timed out under `wall_time` 2, `"%%limits cpu=2"`,
+`"%%limits memory=512M"` (sizes in whole MB) or `"%%limits output=2048K"` (in whole KB); `None` when no limit was hit.
+""")
+
+exercise("limits_line", """
+def limits_line(outcome):
+    \"\"\"A %%limits line doubling the limit that stopped the run, or None.\"\"\"
+    ### BEGIN SOLUTION
+    limits, status = outcome["limits"], outcome["status"]
+    if status == "timed_out":
+        return f"%%limits wall={limits['wall_time'] * 2:g}"
+    if status == "cpu_limit":
+        return f"%%limits cpu={limits['cpu_time'] * 2:g}"
+    if status == "memory_limit":
+        return f"%%limits memory={limits['memory'] * 2 // (1024 * 1024)}M"
+    if status == "output_limit":
+        return f"%%limits output={limits['output'] * 2 // 1024}K"
+    return None
+    ### END SOLUTION
+""")
+
+check("limits_line", """
+def test():
+    for name, wanted in [("sleep", "%%limits wall=4"), ("spin", "%%limits cpu=2"), ("hog", "%%limits memory=512M"),
+                         ("hello", None)]:
+        got = limits_line(outcomes[name])
+        expect(got == wanted, f"for the {name!r} run limits_line gave {got!r}, expected {wanted!r}")
+    return "a stopped student gets a concrete next step"
+check("limits_line", test)
+""")
+
+md("""
+## Common mistakes
+
+* **Putting `%%limits` anywhere but the first line.** It is a cell magic: first line only.
+* **Keeping a server or a thread "for the next cell".** Every cell is a new process; start what you need in the
+  cell that needs it.
+* **Comparing statuses with `in`.** `"limit" in status` is true for three different statuses; compare with `==`.
+* **Raising limits instead of fixing the loop.** A `cpu_limit` usually means the loop never ends.
+
+## Try this next
+
+* Print something every second for 5 seconds in a cell: the lines arrive while the cell runs.
+* Run `%%limits output=1K` and print 10 000 lines.
+* Grade your own completed lesson notebooks: `cellbox grade FOLDER --tests lessons/grading --out results`, then open
+  `results/report.html`.
+
+## The real thing
+
+`cellbox.kernel` (the kernel), `cellbox.cellrunner` (the child side of a cell), `cellbox.sandbox` (`run`, `start`,
+`Outcome`), `cellbox.limits` (`Limits`, `%%limits` parsing), `cellbox.verdict` and `cellbox.grading`
+(`cellbox grade`). You have now written a small version of each.
+""")
