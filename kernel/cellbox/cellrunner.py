@@ -147,6 +147,10 @@ def _make_shell(channel: Channel, spec: dict[str, Any], user_ns: dict[str, Any])
         def _showtraceback(self, etype, evalue, stb):  # type: ignore[no-untyped-def]
             channel.send({"type": "error", "ename": etype.__name__, "evalue": str(evalue), "traceback": list(stb)})
 
+        def ask_exit(self) -> None:
+            # As ipykernel: the frontend decides what exit() means (JupyterLab shuts the kernel down).
+            self.payload_manager.write_payload({"source": "ask_exit", "keepkernel": False})
+
         def init_virtualenv(self) -> None:
             pass  # the kernel's interpreter is the cells' interpreter; no virtualenv guessing
 
@@ -231,6 +235,38 @@ def _block_widgets() -> None:
 # --------------------------------------------------------------------------- state
 
 
+def _code_with_filename(constructor: Any, args: tuple[Any, ...], filename: str) -> Any:
+    return constructor(*args).replace(co_filename=filename)
+
+
+def _reduce_code(code: Any) -> tuple[Any, tuple[Any, ...]]:
+    """Pickle a code object with its file name, which cloudpickle replaces by ``<dynamic-code>``.
+
+    The name (IPython's name for the cell that defined it) lets tracebacks and
+    ``??`` show the source of a function defined in an earlier cell.
+    """
+    import cloudpickle.cloudpickle as internals
+
+    constructor, args = internals._code_reduce(code)
+    return _code_with_filename, (constructor, args, code.co_filename)
+
+
+def _dumps(value: Any) -> bytes:
+    """cloudpickle, keeping code objects' file names."""
+    import collections
+    import io
+    import types
+
+    import cloudpickle
+
+    class Pickler(cloudpickle.Pickler):
+        dispatch_table = collections.ChainMap({types.CodeType: _reduce_code}, cloudpickle.Pickler.dispatch_table)
+
+    buffer = io.BytesIO()
+    Pickler(buffer).dump(value)
+    return buffer.getvalue()
+
+
 def _load_state(path: str | None) -> dict[str, Any]:
     """Read the carried state; a missing file is an empty state."""
     if not path or not os.path.exists(path):
@@ -270,7 +306,12 @@ def _restore(shell: Any, state: dict[str, Any], history: list[str]) -> None:
     # IPython resets _, __ and ___ when it builds the namespace: set them again.
     shell.user_ns.update(state.get("names", {}))
     hm = shell.history_manager
-    parsed = [""] + [shell.transform_cell(source).rstrip("\n") if source else "" for source in history[1:]]
+    parsed = [""]
+    for number, source in enumerate(history[1:], 1):
+        transformed = _transformed(shell, source)
+        # Under the name IPython gave it when it ran: tracebacks and ?? find the source.
+        shell.compile.cache(transformed, number, raw_code=source)
+        parsed.append(transformed.rstrip("\n"))
     hm.input_hist_raw[:] = [source.rstrip("\n") for source in history]
     hm.input_hist_parsed[:] = parsed
     # _i, _ii, _iii and _iN as IPython's HistoryManager.store_inputs keeps them.
@@ -295,6 +336,13 @@ def _restore(shell: Any, state: dict[str, Any], history: list[str]) -> None:
             print(f"cellbox: could not load extension {name} again: {exc}", file=sys.stderr)
 
 
+def _transformed(shell: Any, source: str) -> str:
+    try:
+        return str(shell.transform_cell(source))
+    except Exception:  # noqa: BLE001 - a cell IPython could not transform ran as it was
+        return source
+
+
 def _carried_names(shell: Any) -> dict[str, Any]:
     hidden = shell.user_ns_hidden
     keep_hidden = {"_", "__", "___"}
@@ -310,17 +358,16 @@ def _carried_names(shell: Any) -> dict[str, Any]:
 
 def _picklable(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """Split ``values`` into what cloudpickle can carry and ``{name: reason}`` for the rest."""
-    import cloudpickle
 
     try:
-        cloudpickle.dumps(values)
+        _dumps(values)
         return values, {}
     except Exception:  # noqa: BLE001 - find out which names are the problem
         pass
     good, dropped = {}, {}
     for name, value in values.items():
         try:
-            cloudpickle.dumps(value)
+            _dumps(value)
             good[name] = value
         except Exception as exc:  # noqa: BLE001
             dropped[name] = f"{type(value).__name__}: {type(exc).__name__}"
@@ -329,7 +376,6 @@ def _picklable(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
 
 def _save_state(shell: Any, path: str, launch_environ: dict[str, str], extensions: list[str]) -> dict[str, str]:
     """Pickle what can be carried to ``path``; return ``{name: reason}`` of user names left out."""
-    import cloudpickle
 
     names, dropped = _picklable(_carried_names(shell))
     out, _ = _picklable(dict(shell.history_manager.output_hist))
@@ -344,7 +390,7 @@ def _save_state(shell: Any, path: str, launch_environ: dict[str, str], extension
         "extensions": extensions,
     }
     with open(path, "wb") as f:
-        cloudpickle.dump(state, f)
+        f.write(_dumps(state))
     return {name: reason for name, reason in dropped.items() if not name.startswith("_")}
 
 
@@ -411,4 +457,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run from the imported module, so what it pickles names cellbox.cellrunner, not __main__.
+    from cellbox.cellrunner import main as _main
+
+    sys.exit(_main())

@@ -1,0 +1,141 @@
+"""IPython's language in cellbox cells: magics, shell escapes, help, and what needs a long-lived process."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
+
+from cellbox.magics import LIMITS_HELP, NEEDS_LONG_LIVED_PROCESS
+from kernelkit import execute, plain, running_kernel, survivors
+
+
+@pytest.fixture(scope="module")
+def notebook_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("notebook")
+
+
+@pytest.fixture(scope="module")
+def kc(notebook_dir: Path) -> Iterator[BlockingKernelClient]:
+    with running_kernel("cellbox", cwd=str(notebook_dir)) as (_km, client):
+        yield client
+
+
+def _page(result: object) -> str:
+    [page] = result.content["payload"]  # type: ignore[attr-defined]
+    assert page["source"] == "page"
+    return plain(page["data"]["text/plain"])
+
+
+def test_timeit_and_time_report_timings(kc: BlockingKernelClient) -> None:
+    timeit = execute(kc, "%timeit -n 3 -r 2 sum(range(100))").stream()
+    assert timeit.endswith(" per loop (mean ± std. dev. of 2 runs, 3 loops each)\n")
+    timed = execute(kc, "%time total = sum(range(10))\nprint(total)").stream()
+    assert timed.startswith("CPU times: user ") and "\nWall time: " in timed and timed.endswith("\n45\n")
+
+
+def test_writefile_writes_into_the_notebook_directory(kc: BlockingKernelClient, notebook_dir: Path) -> None:
+    result = execute(kc, "%%writefile greet.py\nprint('hello from greet.py')")
+    assert result.stream() == "Writing greet.py\n"
+    assert (notebook_dir / "greet.py").read_text() == "print('hello from greet.py')\n"
+    assert execute(kc, "%run greet.py").stream() == "hello from greet.py\n"
+
+
+def test_shell_escape_and_bash_cell_run_in_the_cell(kc: BlockingKernelClient, notebook_dir: Path) -> None:
+    (notebook_dir / "listed.txt").write_text("")
+    assert execute(kc, "!echo from the shell").stream() == "from the shell\r\n"
+    captured = execute(kc, "files = !ls\n'listed.txt' in files")
+    assert captured.of("execute_result")[0]["data"] == {"text/plain": "True"}
+    bash = execute(kc, "%%bash\necho out\necho err >&2")
+    assert (bash.stream(), bash.stream("stderr")) == ("out\n", "err\n")
+
+
+def test_shell_escape_is_stopped_with_the_cell(kc: BlockingKernelClient) -> None:
+    mark = f"cellbox-test-{uuid.uuid4().hex}"
+    result = execute(kc, f"%%limits wall=2\n!sh -c 'sleep 300; : {mark}'")
+    assert result.content["ename"] == "CellTimeoutError"
+    assert survivors(mark) == []
+
+
+def test_limits_line_combines_with_a_cell_magic(kc: BlockingKernelClient) -> None:
+    result = execute(kc, "%%limits wall=5\n%%bash\necho limited bash")
+    assert result.stream() == "limited bash\n"
+    assert result.metadata["cellbox"]["limits"]["wall_time"] == 5.0
+
+
+def test_pip_magic_uses_the_kernels_interpreter(kc: BlockingKernelClient) -> None:
+    result = execute(kc, "%pip --version")
+    site = str(Path(sys.executable).parent.parent)
+    first = result.stream().splitlines()[0]
+    assert first.startswith("pip ") and f" from {site}/lib/" in first
+    assert execute(kc, "import sys\nprint(sys.executable)").stream() == f"{sys.executable}\n"
+
+
+def test_help_syntax_fills_the_pager(kc: BlockingKernelClient) -> None:
+    assert _page(execute(kc, "len?")).startswith("Signature: len(obj, /)\nDocstring: Return the number of items")
+    execute(kc, "def area(r):\n    'Area of a circle.'\n    return 3.14159 * r * r")
+    source = _page(execute(kc, "area??"))
+    assert "def area(r):\n    'Area of a circle.'\n    return 3.14159 * r * r" in source
+
+
+def test_limits_magic_shows_its_help_and_the_active_limits(kc: BlockingKernelClient) -> None:
+    assert LIMITS_HELP.splitlines()[0] in _page(execute(kc, "%limits?"))
+    assert execute(kc, "%limits").stream() == "wall 30 s, cpu 30 s, memory 2G, output 1M\n"
+    assert execute(kc, "%%limits wall=9\n%limits").stream() == "wall 9 s, cpu 30 s, memory 2G, output 1M\n"
+
+
+def test_limits_line_magic_with_values_explains_where_it_belongs(kc: BlockingKernelClient) -> None:
+    result = execute(kc, "x = 1\n%limits wall=5")
+    assert result.status == "error"
+    assert result.stream("stderr") == (
+        "UsageError: %%limits works on the first line of a cell only, where cellbox reads it before the cell "
+        "starts; move it there\n"
+    )
+
+
+def test_traceback_into_a_function_from_an_earlier_cell_shows_its_source(kc: BlockingKernelClient) -> None:
+    execute(kc, "def invert(x):\n    return 1 / x")
+    result = execute(kc, "invert(0)")
+    assert "Cell In[" in result.traceback and "----> 2     return 1 / x" in result.traceback
+
+
+def test_magics_that_need_a_long_lived_process_say_why(kc: BlockingKernelClient) -> None:
+    for name in ("debug", "pdb"):
+        result = execute(kc, f"%{name}")
+        assert result.status == "error"
+        assert result.stream("stderr") == f"UsageError: {NEEDS_LONG_LIVED_PROCESS[name]}\n"
+
+
+def test_widgets_fail_with_one_sentence(kc: BlockingKernelClient) -> None:
+    result = execute(kc, "import comm\ncomm.create_comm(target_name='jupyter.widget')")
+    assert (result.content["ename"], result.content["evalue"]) == (
+        "RuntimeError",
+        "interactive widgets need a kernel process that lives between cells, and cellbox runs each cell in a new "
+        "process; draw a static plot or print the values instead",
+    )
+
+
+def test_load_ext_is_repeated_in_later_cells(kc: BlockingKernelClient) -> None:
+    assert execute(kc, "%load_ext autoreload").status == "ok"
+    assert execute(kc, "%autoreload 2").status == "ok"
+
+
+def test_cd_and_env_are_carried(kc: BlockingKernelClient, tmp_path: Path) -> None:
+    execute(kc, f"%cd {tmp_path}")
+    assert execute(kc, "import os\nprint(os.getcwd())").stream() == f"{tmp_path}\n"
+    execute(kc, "%cd -")
+
+
+def test_matplotlib_inline_magic_is_accepted(kc: BlockingKernelClient) -> None:
+    result = execute(kc, "%matplotlib inline\nimport matplotlib.pyplot as plt\nplt.bar([1, 2], [3, 4]);")
+    assert result.status == "ok"
+    assert [sorted(c["data"]) for c in result.of("display_data")] == [["image/png", "text/plain"]]
+
+
+def test_exit_asks_the_frontend(kc: BlockingKernelClient) -> None:
+    result = execute(kc, "exit()")
+    assert result.content["payload"] == [{"source": "ask_exit", "keepkernel": False}]
