@@ -149,6 +149,7 @@ def _make_shell(channel: Channel, spec: dict[str, Any], user_ns: dict[str, Any])
 
         def ask_exit(self) -> None:
             # As ipykernel: the frontend decides what exit() means (JupyterLab shuts the kernel down).
+            assert self.payload_manager is not None
             self.payload_manager.write_payload({"source": "ask_exit", "keepkernel": False})
 
         def init_virtualenv(self) -> None:
