@@ -15,7 +15,7 @@ from kernelkit import execute, running_kernel
 def kc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BlockingKernelClient]:
     with running_kernel("cellbox", cwd=str(tmp_path_factory.mktemp("notebook"))) as (_km, client):
         execute(client, "import math\nstudent_scores = [90, 72]")
-        execute(client, "def average_score(scores):\n    ''''Mean of the scores.''''\n    return sum(scores) / 2")
+        execute(client, 'def average_score(scores):\n    """Mean of the scores."""\n    return sum(scores) / 2')
         execute(client, "never_defined = 1\nraise ValueError('this cell failed')")
         yield client
 
