@@ -119,6 +119,8 @@ def _limit_argv(limits: Limits) -> list[str]:
         trait = "max_processes" if name == "processes" else name
         if name in ("memory", "output", "file_size"):
             value = "none" if value is None else format_size(value)
+        elif isinstance(value, float):
+            value = f"{value:g}"
         argv.append(f"--CellboxKernel.{trait}={value}")
     return argv
 
