@@ -114,7 +114,10 @@ def apply_limits(spec, status_fd):
         if uid == 0:
             note(status_fd, "processes: not enforced by RLIMIT_NPROC for root (no writable pids cgroup)")
         else:
-            n = count_user_tasks(uid) + spec["nproc_extra"]
+            # In a PID namespace the parent counted the uid's tasks machine-wide
+            # ("nproc_base"): /proc here shows only the run's own.
+            base = spec["nproc_base"] if spec.get("nproc_base") is not None else count_user_tasks(uid)
+            n = base + spec["nproc_extra"]
             resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
 
 

@@ -7,6 +7,7 @@ Only :func:`main` chooses exit codes; every command is testable as
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import os
@@ -14,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from . import __version__
+from .isolation import IsolationError, add_isolation_options, isolation_from_args
 from .limits import LimitError
 from .options import add_limit_options, limits_from_args
 from .outcome import STATUS_EXIT_CODES, Outcome
@@ -23,7 +25,11 @@ __all__ = ["main", "UsageError"]
 
 # Subcommands that live beside their feature; each module has
 # ``add_parser(subparsers) -> None`` and sets ``func`` on its parser.
-FEATURE_COMMANDS: tuple[str, ...] = ("cellbox.kernelspec", "cellbox.grading.cli")
+FEATURE_COMMANDS: tuple[str, ...] = (
+    "cellbox.kernelspec",
+    "cellbox.grading.cli",
+    "cellbox.isolation",
+)
 
 
 class UsageError(Exception):
@@ -38,6 +44,7 @@ def _add_run(subparsers: argparse._SubParsersAction) -> None:
         "print its output and a one-line status. Exit status: 0 for ok, 10-16 for the other statuses.",
     )
     add_limit_options(parser)
+    add_isolation_options(parser)
     parser.add_argument("--json", action="store_true", help="print the Outcome as one JSON object instead")
     parser.add_argument("--user", help="run the child as this user (needs root)")
     parser.add_argument("--cwd", help="working directory of the child (default: the current directory)")
@@ -73,6 +80,10 @@ def _parse_env(items: list[str]) -> dict[str, str]:
 def _cmd_run(args: argparse.Namespace) -> int:
     limits = limits_from_args(args)
     command = _command_for(args.target)
+    isolation = isolation_from_args(args)
+    if args.target and args.target[0].endswith(".py"):
+        # The program file must be in the child's view, wherever it lies.
+        isolation = dataclasses.replace(isolation, read_only=(*isolation.read_only, command[1]))
     live = not args.json
     shown = [0]  # characters of stderr already printed live
 
@@ -87,6 +98,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         cwd=args.cwd or os.getcwd(),
         env=_parse_env(args.env),
         user=args.user,
+        isolation=isolation,
         on_stdout=(lambda text: (sys.stdout.write(text), sys.stdout.flush())) if live else None,
         on_stderr=show_stderr if live else None,
     )
@@ -130,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args))
-    except (UsageError, LimitError, SandboxError) as exc:
+    except (UsageError, LimitError, SandboxError, IsolationError) as exc:
         print(f"cellbox {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -37,15 +37,28 @@ from pathlib import Path
 from typing import Any
 
 from .environment import TaskDirectory, build_environment
+from .isolation import Isolation, Plan, bwrap_prefix, count_user_tasks, make_plan, probe
 from .limits import Limits
 from .outcome import Outcome, Status
 
-__all__ = ["run", "start", "Run", "SandboxError", "classify", "resolve_user", "pids_cgroup_root"]
+__all__ = [
+    "run",
+    "start",
+    "Run",
+    "SandboxError",
+    "classify",
+    "resolve_user",
+    "pids_cgroup_root",
+    "Isolation",
+    "DEFAULT_ISOLATION",
+]
 
 LAUNCHER = str(Path(__file__).with_name("_launch.py"))
 # Seconds the launcher gets to kill the tree and report before the parent
 # kills the launcher itself and stops reading.
 KILL_GRACE = 2.0
+# Isolation when a caller does not choose: see the README's "Isolation" section for why.
+DEFAULT_ISOLATION = Isolation(mode="none")
 # Seconds an interrupted run gets to stop on SIGINT before it is killed.
 INTERRUPT_GRACE = 1.0
 READ_SIZE = 65536
@@ -169,6 +182,7 @@ class Run:
         on_message: Callable[[Any], None] | None,
         channel: bool,
         user: str | int | None,
+        isolation: Isolation | None = None,
     ) -> None:
         if not argv:
             raise SandboxError("nothing to run: the command is empty")
@@ -183,6 +197,7 @@ class Run:
         self._isolation = ["rlimits", "environment-allowlist", "process-group", "subreaper"]
         self._on_message = on_message
         self._closing: list[int] = []
+        self.isolation = isolation or DEFAULT_ISOLATION
         try:
             self._start(argv, cwd, env, stdin, on_stdout, on_stderr, channel, user)
         except BaseException:
@@ -197,6 +212,8 @@ class Run:
             raise SandboxError(f"working directory {workdir} does not exist; create it or pass another")
         child_env = build_environment(self.task, extra=env)
         spec: dict[str, Any] = {"argv": list(map(str, argv)), "limits": self.limits.as_dict(), "cwd": workdir}
+        plan = self._plan_isolation(user)
+        user = plan.user if plan is not None else user
         if user is not None:
             uid, gid, groups, name = resolve_user(user)
             spec.update(uid=uid, gid=gid, groups=groups, user=name)
@@ -204,6 +221,7 @@ class Run:
             self._isolation.append(f"user:{name}")
         self.as_root = (spec.get("uid", os.geteuid())) == 0
         self._setup_processes_limit(spec)
+        prefix = self._isolate(plan, spec, argv, child_env, user) if plan is not None else []
 
         control_r, self._control_w = os.pipe()
         self._status_r, status_w = os.pipe()
@@ -212,6 +230,7 @@ class Run:
         pass_fds = [control_r, status_w]
         child_side = [control_r, status_w]
         self._channel_r = self._reply_w = None
+        self._channel = channel
         if channel:
             self._channel_r, msg_w = os.pipe()
             reply_r, self._reply_w = os.pipe()
@@ -227,7 +246,7 @@ class Run:
             # start_new_session is done by subprocess's C code (setsid), not by
             # Python code after fork, so this is safe in a threaded parent.
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-B", LAUNCHER, json.dumps(spec)],
+                [*prefix, sys.executable, "-I", "-S", "-B", LAUNCHER, json.dumps(spec)],
                 stdin=subprocess.PIPE if stdin_bytes is not None else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -241,6 +260,50 @@ class Run:
                 os.close(fd)
         self._stdin_pending = stdin_bytes or b""
         self._streams = {"stdout": _Stream(on_stdout), "stderr": _Stream(on_stderr)}
+
+    def _plan_isolation(self, user: str | int | None) -> Plan | None:
+        """Decide the run's isolation layers; in strict mode, refuse a missing one."""
+        if not self.isolation.wanted:
+            return None
+        plan = make_plan(self.isolation, probe(), user=user)
+        if self.isolation.mode == "strict" and plan.missing:
+            layer, why = next(iter(plan.missing.items()))
+            raise SandboxError(
+                f"isolation is strict and the {layer} layer is not available here: {why} "
+                "(see `cellbox doctor`, or use isolation auto)"
+            )
+        self._notes += plan.notes
+        return plan
+
+    def _isolate(
+        self, plan: Plan, spec: dict[str, Any], argv: Sequence[str], env: dict[str, str], user: str | int | None
+    ) -> list[str]:
+        """The bwrap command in front of the launcher, and the run's report of the layers."""
+        if not plan.layers:
+            return []
+        prefix = bwrap_prefix(
+            plan,
+            probe(),
+            self.isolation,
+            programs=[sys.executable, str(argv[0])],
+            cwd=spec["cwd"],
+            task=str(self.task.path),
+            cgroup=spec.get("cgroup"),
+            tmpfs_bytes=self.limits.file_size,
+            path=env["PATH"],
+        )
+        self._isolation += plan.layers
+        uid = spec.get("uid")
+        if uid is not None and uid != os.geteuid():
+            if "pid" in plan.layers and "nproc_extra" in spec:
+                # RLIMIT_NPROC counts the uid's tasks on the whole machine; the
+                # launcher sees only its namespace, so count for it here.
+                spec["nproc_base"] = count_user_tasks(uid)
+            if not _writable_by(spec["cwd"], uid, spec.get("groups") or []):
+                self._notes.append(
+                    f"fs: the working directory {spec['cwd']} is not writable by {spec.get('user')} (uid {uid})"
+                )
+        return prefix
 
     def _setup_processes_limit(self, spec: dict[str, Any]) -> None:
         self._cgroup: _PidsCgroup | None = None
@@ -258,12 +321,17 @@ class Run:
     # ------------------------------------------------------------------ control
 
     def _control(self, word: str) -> None:
+        # The fds are None once wait() has cleaned up: an interrupt or kill from
+        # another thread may come just after the run ended; there is nothing left to stop.
+        control_w, wake_w = self._control_w, self._wake_w
+        if control_w is None or wake_w is None:
+            return
         try:
-            os.write(self._control_w, word.encode() + b"\n")
+            os.write(control_w, word.encode() + b"\n")
         except OSError:
             pass  # the launcher is gone already
         try:
-            os.write(self._wake_w, b"x")
+            os.write(wake_w, b"x")
         except OSError:
             pass
 
@@ -293,10 +361,13 @@ class Run:
         Raises:
             SandboxError: the run was not started with ``channel=True``.
         """
-        if self._reply_w is None:
+        if not self._channel:
             raise SandboxError("this run has no message channel; start it with channel=True")
+        reply_w = self._reply_w
+        if reply_w is None:
+            return  # the run has ended and was cleaned up; nothing is waiting for the answer
         try:
-            os.write(self._reply_w, (json.dumps(message) + "\n").encode())
+            os.write(reply_w, (json.dumps(message) + "\n").encode())
         except OSError:
             pass  # the child is gone; nothing is waiting for the answer
 
@@ -551,6 +622,19 @@ class Run:
             self.task.remove()
 
 
+def _writable_by(path: str, uid: int, groups: Sequence[int]) -> bool:
+    """Whether ``uid`` (with ``groups``) may create files in the directory ``path``, by its mode bits."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return False
+    if info.st_uid == uid:
+        return bool(info.st_mode & 0o300 == 0o300)
+    if info.st_gid in groups:
+        return bool(info.st_mode & 0o030 == 0o030)
+    return bool(info.st_mode & 0o003 == 0o003)
+
+
 def _ends_in_memory_error(stderr: str) -> bool:
     lines = [line for line in stderr[-4096:].splitlines() if line.strip()]
     return bool(lines) and bool(_MEMORY_ERROR_RE.match(lines[-1]))
@@ -602,6 +686,7 @@ def start(
     on_message: Callable[[Any], None] | None = None,
     channel: bool = False,
     user: str | int | None = None,
+    isolation: Isolation | str | None = None,
 ) -> Run:
     """Start ``argv`` in a fresh, limited child process and return its :class:`Run`.
 
@@ -619,11 +704,19 @@ def start(
         channel: give the child a message channel: fd 3 to write JSON lines to
             the parent, fd 4 to read the parent's replies (``CELLBOX_CHANNEL=3,4``).
         user: run the command as this user (name or uid); needs root.
+        isolation: the namespaces the run gets (:class:`~cellbox.isolation.Isolation`,
+            or a mode: ``"none"``, ``"auto"``, ``"strict"``); default
+            :data:`DEFAULT_ISOLATION`.  Active layers are listed in
+            ``Outcome.isolation``; a wanted layer this machine lacks is named in
+            ``Outcome.notes`` (``auto``) or stops the run (``strict``).
 
     Raises:
         SandboxError: the run could not be started (empty command, missing
-            working directory, unknown user).
+            working directory, unknown user, a layer missing in strict mode).
+        IsolationError: ``isolation`` is a string that is not a mode.
     """
+    if isinstance(isolation, str):
+        isolation = Isolation.from_options(mode=isolation, source="isolation")
     return Run(
         argv,
         limits=limits or Limits(),
@@ -636,6 +729,7 @@ def start(
         on_message=on_message,
         channel=channel,
         user=user,
+        isolation=isolation,
     )
 
 

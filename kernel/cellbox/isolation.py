@@ -1,0 +1,731 @@
+"""Isolation beyond rlimits: network, process and filesystem namespaces through bubblewrap.
+
+Rlimits and an allowlisted environment contain accidents; they do not stop a
+child from reading any file its user can read, opening a network connection,
+or signalling the kernel.  This module closes that gap where the machine
+allows it.  The launcher runs inside ``bwrap`` (bubblewrap, Debian package
+``bubblewrap``, see bwrap(1)), so the supervisor and the command share these
+layers:
+
+========  ====================================================================
+layer     what it does
+========  ====================================================================
+``net``   a new network namespace (``--unshare-net``): only a private
+          loopback; the host's 127.0.0.1 services are out of reach
+``pid``   a new PID namespace with its own ``/proc`` (``--unshare-pid``,
+          ``--proc``): the child sees only its own processes, and when the
+          namespace's init ends the kernel kills every process left in it
+          (pid_namespaces(7)), so ``setsid`` cannot escape
+``fs``    a mount namespace whose ``/`` holds read-only binds of the system
+          (``/usr``, ``/etc``, ``/lib``...) and of the Python in use (prefixes,
+          site directories, the cellbox package), the working directory and
+          the task directory read-write at their own paths, a fresh ``/tmp``,
+          ``/dev`` and ``/dev/shm``; home directories (``~/.ssh``, the Jupyter
+          runtime directory with kernel connection files) and ``/root`` are
+          not there
+``user``  no powers over the host: an unprivileged user namespace
+          (``--unshare-user``, user_namespaces(7)); when cellbox runs as root,
+          the command runs as an unprivileged user (``nobody`` unless one is
+          given) and the supervisor keeps only CAP_KILL, CAP_SETUID and
+          CAP_SETGID (capabilities(7)); ``no_new_privs`` is always set by bwrap
+``ipc``   a new System V IPC namespace (``--unshare-ipc``), used with the others
+========  ====================================================================
+
+A layer the machine cannot give is reported (design rule 8): the run's
+``Outcome.notes`` says which and why, and ``cellbox doctor`` prints the same
+facts for the machine.  With :attr:`Isolation.mode` ``strict`` a missing layer
+stops the run before it starts.
+
+Who calls this: :func:`cellbox.sandbox.start` (``isolation=``), the front doors
+through :meth:`Isolation.from_options`, and ``cellbox doctor``
+(:func:`add_parser`).  Standard library only; nothing here imports Jupyter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import os
+import pwd
+import shutil
+import site
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+__all__ = [
+    "Isolation",
+    "IsolationError",
+    "Support",
+    "Plan",
+    "LAYERS",
+    "MODES",
+    "UNPRIVILEGED_USER",
+    "probe",
+    "make_plan",
+    "add_parser",
+]
+
+# Layers a run may ask for, in the order they are reported.
+LAYERS = ("net", "pid", "fs", "user")
+# none: no layer (rlimits and the environment allowlist only); auto: every layer
+# this machine supports, the others reported; strict: every layer, or no run.
+MODES = ("none", "auto", "strict")
+# Where Debian's bubblewrap package puts bwrap, tried when it is not on PATH.
+BWRAP_FALLBACK = "/usr/bin/bwrap"
+# The user children run as when cellbox itself runs as root and no user is given.
+UNPRIVILEGED_USER = "nobody"
+# Capabilities the supervisor keeps when it runs as root: kill the command's
+# processes (another uid), and switch the command to the unprivileged user.
+SUPERVISOR_CAPS = ("CAP_KILL", "CAP_SETUID", "CAP_SETGID")
+# System directories bound read-only into the view (symlinks are recreated).
+SYSTEM_PATHS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# Read by BLAS libraries and os.cpu_count() for the number of CPUs.
+SYSTEM_INFO_PATHS = ("/sys/devices/system/cpu",)
+# Secrets inside a home directory, covered when the view would otherwise show them
+# (the working directory is a home directory, or one above it).
+HOME_SECRETS = (
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".docker",
+    ".kube",
+    ".netrc",
+    ".pypirc",
+    ".git-credentials",
+    ".config",
+    ".jupyter",
+    ".local/share/jupyter",
+    ".ipython",
+)
+_TRUE = ("1", "true", "yes", "on", "allow", "allowed")
+_FALSE = ("0", "false", "no", "off", "deny", "denied", "none")
+
+
+class IsolationError(ValueError):
+    """An isolation setting that cannot be used; ``source`` names where it came from."""
+
+    def __init__(self, message: str, *, source: str | None = None) -> None:
+        self.source = source
+        super().__init__(f"{source}: {message}" if source else message)
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+@dataclasses.dataclass(frozen=True)
+class Isolation:
+    """Which isolation layers a run asks for, and what its filesystem view holds.
+
+    Attributes:
+        mode: ``none`` (no layer), ``auto`` (every layer this machine supports,
+            the missing ones reported in the run's notes) or ``strict`` (every
+            layer, or the run does not start).
+        network: ``True`` lets the child use the network (no ``net`` layer),
+            for example a lesson that installs a package.
+        layers: the layers to use, a subset of :data:`LAYERS` (default: all).
+        read_only: more paths bound read-only into the view at their own paths
+            (a grading harness, data files).
+        writable: more paths bound read-write.
+        hidden: paths covered by an empty directory (or an empty file) even when
+            a bound path would show them, for example a kernel's connection file.
+
+    Raises:
+        IsolationError: an unknown mode, or a relative path.
+    """
+
+    mode: str = "none"
+    network: bool = False
+    layers: tuple[str, ...] = LAYERS
+    read_only: tuple[str, ...] = ()
+    writable: tuple[str, ...] = ()
+    hidden: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise IsolationError(f"unknown isolation mode {self.mode!r}; use one of {', '.join(MODES)}")
+        unknown = [layer for layer in self.layers if layer not in LAYERS]
+        if unknown:
+            raise IsolationError(f"unknown isolation layer {unknown[0]!r}; use some of {', '.join(LAYERS)}")
+        object.__setattr__(self, "layers", tuple(layer for layer in LAYERS if layer in self.layers))
+        for name in ("read_only", "writable", "hidden"):
+            paths = tuple(str(p) for p in getattr(self, name))
+            for path in paths:
+                if not os.path.isabs(path):
+                    raise IsolationError(f"{name} path {path!r} is not absolute; give a full path")
+            object.__setattr__(self, name, tuple(os.path.normpath(p) for p in paths))
+
+    @classmethod
+    def from_options(
+        cls,
+        mode: str = "auto",
+        network: bool | str = False,
+        layers: str | Iterable[str] = LAYERS,
+        read_only: str | Iterable[str] = (),
+        writable: str | Iterable[str] = (),
+        hidden: str | Iterable[str] = (),
+        *,
+        source: str | None = None,
+    ) -> Isolation:
+        """Build an :class:`Isolation` from user text (a traitlet, a flag, a config file).
+
+        Args:
+            mode: ``none``, ``auto`` or ``strict`` (case and spaces ignored).
+            network: a bool, or ``on``/``off``, ``yes``/``no``, ``true``/``false``,
+                ``allow``/``deny``, ``1``/``0``.
+            layers: some of ``net``, ``pid``, ``fs``, ``user``, as a list or one
+                string separated by commas (default: all).
+            read_only, writable, hidden: absolute paths, as a list or one string
+                separated by ``os.pathsep`` (``:``).
+            source: where the values came from, for the error message
+                (``"CellboxKernel.isolation"``, ``"--isolation"``).
+
+        Raises:
+            IsolationError: a value that cannot be used, named with ``source``.
+        """
+        text = str(mode).strip().lower()
+        if text not in MODES:
+            raise IsolationError(f"unknown isolation mode {mode!r}; use one of {', '.join(MODES)}", source=source)
+        try:
+            return cls(
+                mode=text,
+                network=_parse_bool(network, source=source),
+                layers=tuple(_parse_names(layers)),
+                read_only=_parse_paths(read_only),
+                writable=_parse_paths(writable),
+                hidden=_parse_paths(hidden),
+            )
+        except IsolationError as exc:
+            if exc.source or source is None:
+                raise
+            raise IsolationError(str(exc), source=source) from None
+
+    @classmethod
+    def auto(cls, **changes: object) -> Isolation:
+        """Every layer this machine supports (``mode="auto"``), with ``changes`` applied."""
+        return dataclasses.replace(cls(mode="auto"), **changes)  # type: ignore[arg-type]
+
+    @property
+    def wanted(self) -> tuple[str, ...]:
+        """The layers this setting asks for, in :data:`LAYERS` order."""
+        if self.mode == "none":
+            return ()
+        return tuple(layer for layer in self.layers if not (layer == "net" and self.network))
+
+    def as_dict(self) -> dict[str, object]:
+        """A JSON-ready dict of the settings."""
+        return {**dataclasses.asdict(self), "layers": list(self.wanted)}
+
+
+def _parse_bool(value: bool | str, *, source: str | None) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise IsolationError(f"expected on or off for the network, got {value!r}", source=source)
+
+
+def _parse_names(value: str | Iterable[str]) -> list[str]:
+    items = value.replace(" ", ",").split(",") if isinstance(value, str) else [str(v) for v in value]
+    return [item.strip().lower() for item in items if item.strip()]
+
+
+def _parse_paths(value: str | Iterable[str]) -> tuple[str, ...]:
+    items = value.split(os.pathsep) if isinstance(value, str) else [str(v) for v in value]
+    return tuple(os.path.expanduser(item.strip()) for item in items if item.strip())
+
+
+# --------------------------------------------------------------------------- what the machine supports
+
+
+@dataclasses.dataclass(frozen=True)
+class Support:
+    """What this machine supports, found by starting ``bwrap`` once per layer.
+
+    Attributes:
+        bwrap: the path of bwrap, or ``None`` when it is not installed.
+        as_root: ``True`` when this process runs as root (bwrap then needs no
+            user namespace, and the ``user`` layer switches to an unprivileged user).
+        missing: for each layer that cannot be used, one sentence saying why.
+        tmpfs_size: bwrap understands ``--size`` (0.7 and later), so ``/tmp``
+            and ``/dev/shm`` in the view are capped.
+        disable_userns: bwrap understands ``--disable-userns`` (0.8 and later).
+    """
+
+    bwrap: str | None
+    as_root: bool
+    missing: dict[str, str]
+    tmpfs_size: bool = False
+    disable_userns: bool = False
+
+    def available(self, layer: str) -> bool:
+        """``True`` when ``layer`` (one of :data:`LAYERS`) can be used here."""
+        return self.bwrap is not None and layer not in self.missing
+
+
+def probe(bwrap: str | None = None) -> Support:
+    """Find out which layers this machine supports (cached per bwrap path and user).
+
+    Args:
+        bwrap: the bwrap program to try (default: ``bwrap`` on ``PATH``, else :data:`BWRAP_FALLBACK`).
+
+    Returns:
+        A :class:`Support`; never raises for a missing tool or a refused namespace.
+    """
+    if bwrap is None:
+        bwrap = shutil.which("bwrap") or (BWRAP_FALLBACK if os.access(BWRAP_FALLBACK, os.X_OK) else None)
+    return _probe(bwrap, os.geteuid())
+
+
+@functools.lru_cache(maxsize=8)
+def _probe(bwrap: str | None, euid: int) -> Support:
+    as_root = euid == 0
+    if bwrap is None:
+        why = "bubblewrap is not installed (apt-get install bubblewrap)"
+        return Support(None, as_root, {layer: why for layer in LAYERS})
+    base = [] if as_root else ["--unshare-user"]
+    problem = _try(bwrap, [*base, "--ro-bind", "/", "/"])
+    if problem is not None:
+        reason = (None if as_root else _userns_reason()) or f"bwrap cannot start here ({problem})"
+        return Support(bwrap, as_root, {layer: reason for layer in LAYERS})
+    missing: dict[str, str] = {}
+    trials = {
+        "net": ["--unshare-net"],
+        "pid": ["--unshare-pid", "--proc", "/proc"],
+        "fs": ["--dev", "/dev", "--tmpfs", "/tmp"],
+    }
+    for layer, extra in trials.items():
+        problem = _try(bwrap, [*base, "--ro-bind", "/", "/", *extra])
+        if problem is not None:
+            missing[layer] = f"bwrap {extra[0]} failed ({problem})"
+    if as_root:
+        try:
+            pwd.getpwnam(UNPRIVILEGED_USER)
+        except KeyError:
+            missing["user"] = f"there is no user {UNPRIVILEGED_USER!r} to run children as; create it or pass user="
+    sized = _try(bwrap, [*base, "--ro-bind", "/", "/", "--size", "1048576", "--tmpfs", "/tmp"]) is None
+    no_userns = not as_root and _try(bwrap, [*base, "--disable-userns", "--ro-bind", "/", "/"]) is None
+    return Support(bwrap, as_root, missing, tmpfs_size=sized, disable_userns=no_userns)
+
+
+def _try(bwrap: str, args: list[str]) -> str | None:
+    """Run ``bwrap ARGS -- true``; ``None`` when it worked, else bwrap's first line of complaint."""
+    true = shutil.which("true") or "/bin/true"
+    try:
+        done = subprocess.run(
+            [bwrap, *args, "--", true], capture_output=True, timeout=10, stdin=subprocess.DEVNULL, cwd="/"
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    if done.returncode == 0:
+        return None
+    lines = done.stderr.decode(errors="replace").strip().splitlines()
+    return lines[0] if lines else f"exit status {done.returncode}"
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _userns_reason() -> str | None:
+    """Why unprivileged user namespaces are refused here, from the sysctls that refuse them."""
+    if _read("/proc/sys/kernel/unprivileged_userns_clone") == "0":
+        return "unprivileged user namespaces are disabled (sysctl kernel.unprivileged_userns_clone=0)"
+    if _read("/proc/sys/user/max_user_namespaces") == "0":
+        return "user namespaces are disabled (sysctl user.max_user_namespaces=0)"
+    if _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1":
+        return (
+            "AppArmor restricts unprivileged user namespaces "
+            "(sysctl kernel.apparmor_restrict_unprivileged_userns=1; give /usr/bin/bwrap an AppArmor profile)"
+        )
+    return None
+
+
+# --------------------------------------------------------------------------- one run's plan
+
+
+@dataclasses.dataclass
+class Plan:
+    """How one run is isolated: the bwrap command in front of the launcher, and the report.
+
+    Attributes:
+        layers: the layers that will be active, in :data:`LAYERS` order (plus ``ipc``).
+        missing: for each wanted layer that cannot be used, why.
+        user: the user the command must run as (root plus the ``user`` layer), or ``None``.
+        prefix: ``bwrap ARGS... --``, to put before the launcher's argv; empty when
+            no layer is active.
+        notes: sentences for the run's ``Outcome.notes``.
+    """
+
+    layers: list[str]
+    missing: dict[str, str]
+    user: str | int | None
+    prefix: list[str] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+
+def make_plan(isolation: Isolation, support: Support, *, user: str | int | None) -> Plan:
+    """Decide which layers a run gets, before anything is started.
+
+    Args:
+        isolation: what the run asks for.
+        support: what the machine gives (:func:`probe`).
+        user: the ``user=`` the caller gave :func:`cellbox.sandbox.start`, if any.
+
+    Returns:
+        A :class:`Plan` without its ``prefix`` yet (see :func:`bwrap_prefix`).
+    """
+    layers = [layer for layer in isolation.wanted if support.available(layer)]
+    missing = {layer: support.missing.get(layer, "bwrap is missing") for layer in isolation.wanted}
+    missing = {layer: why for layer, why in missing.items() if layer not in layers}
+    run_as = user
+    if "user" in layers and support.as_root and user is None:
+        run_as = UNPRIVILEGED_USER
+    if layers and not support.as_root and "user" not in layers:
+        layers = [layer for layer in LAYERS if layer in layers or layer == "user"]  # bwrap needs it
+    if layers:
+        layers.append("ipc")
+    notes = [f"{layer}: isolation layer not active: {why}" for layer, why in missing.items()]
+    return Plan(layers=layers, missing=missing, user=run_as, notes=notes)
+
+
+def bwrap_prefix(
+    plan: Plan,
+    support: Support,
+    isolation: Isolation,
+    *,
+    programs: Sequence[str],
+    cwd: str,
+    task: str,
+    cgroup: str | None,
+    tmpfs_bytes: int,
+    path: str,
+) -> list[str]:
+    """The ``bwrap ... --`` argv that gives ``plan.layers`` to the launcher.
+
+    Args:
+        plan: from :func:`make_plan`; its ``layers`` must not be empty.
+        support: from :func:`probe`.
+        isolation: the run's settings (extra read-only, writable and hidden paths).
+        programs: commands the view must be able to run (the launcher's Python,
+            the command's ``argv[0]``); their prefixes and virtualenvs are bound.
+        cwd: the working directory, bound read-write.
+        task: the task directory, bound read-write (``HOME`` and ``TMPDIR`` are in it).
+        cgroup: the run's pids cgroup directory, bound read-write so the command can join it.
+        tmpfs_bytes: size of the fresh ``/tmp`` and ``/dev/shm`` (bytes).
+        path: the child's ``PATH``, to find ``programs`` that are bare names.
+    """
+    assert support.bwrap is not None
+    args = [support.bwrap, "--unshare-ipc"]
+    if "net" in plan.layers:
+        args.append("--unshare-net")
+    if "pid" in plan.layers:
+        # The launcher itself is the namespace's init (no bwrap reaper, which
+        # would wait for orphans): when it ends, the kernel kills every process
+        # left in the namespace (pid_namespaces(7)), and the command cannot
+        # signal it (init gets only the signals it handles).
+        args += ["--unshare-pid", "--as-pid-1"]
+    if not support.as_root:
+        # Without root, bwrap needs a user namespace for every other layer;
+        # nested ones are refused, so the child cannot regain powers in its own.
+        args.append("--unshare-user")
+        if support.disable_userns:
+            args.append("--disable-userns")
+    elif "user" in plan.layers:
+        args += ["--cap-drop", "ALL"]
+        for cap in SUPERVISOR_CAPS:
+            args += ["--cap-add", cap]
+    if "fs" in plan.layers:
+        args += _view(isolation, support, programs, cwd, task, cgroup, tmpfs_bytes, path)
+    else:
+        args += ["--bind", "/", "/", "--dev-bind", "/dev", "/dev"]
+    args += ["--proc", "/proc"] if "pid" in plan.layers else ["--ro-bind", "/proc", "/proc"]
+    return [*args, "--"]
+
+
+def _view(
+    isolation: Isolation,
+    support: Support,
+    programs: Sequence[str],
+    cwd: str,
+    task: str,
+    cgroup: str | None,
+    tmpfs_bytes: int,
+    path: str,
+) -> list[str]:
+    """bwrap arguments for the filesystem view (see the module docstring)."""
+    size = ["--size", str(tmpfs_bytes)] if support.tmpfs_size else []
+    args = [*size, "--perms", "1777", "--tmpfs", "/tmp"]
+    for system in SYSTEM_PATHS:
+        if os.path.islink(system):
+            args += ["--symlink", os.readlink(system), system]
+    entries: dict[str, str] = {}
+    for source in [*SYSTEM_PATHS, *SYSTEM_INFO_PATHS, *python_paths(), *program_paths(programs, path)]:
+        if not os.path.islink(source):
+            entries.setdefault(source, "ro")
+    entries.update({p: "ro" for p in isolation.read_only})
+    # A working directory of / would show the whole host: the view's own / stands in.
+    entries.update({p: "rw" for p in (task, cwd, *isolation.writable) if p != "/"})
+    if cgroup:
+        entries[cgroup] = "rw"
+    for secret in secret_paths(isolation.hidden):
+        if _shown(secret, entries) and not _within(cwd, secret):
+            entries[secret] = "hide"
+    # Parents before children, so a deeper bind lands on top of a shallower one.
+    mounted: dict[str, str] = {}
+    for target in sorted(entries, key=lambda p: (p.count(os.sep), p)):
+        kind = entries[target]
+        if kind != "hide" and not os.path.exists(target):
+            continue
+        args += _parents(target, mounted)
+        mounted[target] = kind
+        if kind == "hide":
+            # A directory becomes an empty tmpfs; a file becomes /dev/null: it
+            # reads as empty and swallows writes (bwrap's plain binds and
+            # --remount-ro add nodev, which makes /dev/null unreadable).
+            if os.path.isdir(target):
+                args += [*size, "--tmpfs", target]
+            else:
+                args += ["--dev-bind", "/dev/null", target]
+        else:
+            args += ["--ro-bind" if kind == "ro" else "--bind", target, target]
+    return [*args, "--dev", "/dev", *size, "--perms", "1777", "--tmpfs", "/dev/shm"]
+
+
+def _parents(target: str, mounted: dict[str, str]) -> list[str]:
+    """``--dir`` for each parent of ``target`` that no host bind shows, made 0755.
+
+    bwrap makes missing parents 0700 by itself, which an unprivileged user
+    cannot cross: an interpreter under ``/root`` would be out of its reach.
+    A parent inside a bind exists already; inside the view's own tmpfs (its
+    ``/``, ``/tmp``, a covered directory) it must be made.
+    """
+    args = []
+    parts = target.strip(os.sep).split(os.sep)[:-1]
+    for depth in range(1, len(parts) + 1):
+        parent = os.sep + os.sep.join(parts[:depth])
+        enclosing = [m for m in mounted if _within(parent, m)]
+        if parent in SYSTEM_PATHS or (enclosing and mounted[max(enclosing, key=len)] != "hide"):
+            continue
+        args += ["--perms", "0755", "--dir", parent]
+    return args
+
+
+def _within(path: str, ancestor: str) -> bool:
+    """``True`` when ``path`` is ``ancestor`` or lies below it."""
+    return path == ancestor or path.startswith(ancestor.rstrip(os.sep) + os.sep)
+
+
+def _shown(path: str, entries: dict[str, str]) -> bool:
+    """``True`` when a bound entry would show ``path`` in the view."""
+    return any(_within(path, bound) for bound, kind in entries.items() if kind != "hide")
+
+
+def python_paths() -> list[str]:
+    """Directories this Python needs, to bind read-only: prefixes, site directories, .pth entries, cellbox.
+
+    An interpreter under a private home (``/root/.pyenv``) is reachable this way
+    without showing the rest of that home.
+    """
+    found = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix]
+    found.append(_prefix_of(os.path.realpath(sys.executable)))
+    sites = [*site.getsitepackages(), site.getusersitepackages() if site.ENABLE_USER_SITE else ""]
+    for directory in filter(None, sites):
+        found.append(directory)
+        found += _pth_paths(directory)
+    found.append(str(Path(__file__).resolve().parent))
+    return [p for p in dict.fromkeys(os.path.normpath(p) for p in found if p) if p != "/" and os.path.isdir(p)]
+
+
+def _pth_paths(directory: str) -> list[str]:
+    """Directories that ``.pth`` files in a site directory add to ``sys.path`` (see the site module)."""
+    found = []
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".pth"))
+    except OSError:
+        return []
+    for name in names:
+        try:
+            with open(os.path.join(directory, name), encoding="utf-8", errors="replace") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            line = line.strip()
+            if line and not line.startswith(("#", "import ", "import\t")):
+                found.append(os.path.join(directory, line))
+    return found
+
+
+def _prefix_of(program: str) -> str:
+    """``/opt/py/bin/python3`` -> ``/opt/py``; a program not in a ``bin`` directory -> its directory."""
+    directory = os.path.dirname(program)
+    return os.path.dirname(directory) if os.path.basename(directory) == "bin" else directory
+
+
+def program_paths(programs: Sequence[str], path: str) -> list[str]:
+    """Directories that make each program runnable in the view: its prefix, its virtualenv, their targets."""
+    found = []
+    for program in programs:
+        located = program if os.sep in program else shutil.which(program, path=path)
+        if not located:
+            continue
+        located = os.path.abspath(located)
+        venv = _prefix_of(located)
+        if os.path.exists(os.path.join(venv, "pyvenv.cfg")):
+            found.append(venv)
+        real = os.path.realpath(located)
+        found.append(_prefix_of(real))
+        if os.path.exists(os.path.join(_prefix_of(real), "pyvenv.cfg")):
+            found.append(_prefix_of(real))
+    return [p for p in dict.fromkeys(found) if p not in ("/", "") and os.path.isdir(p)]
+
+
+def home_directories() -> list[str]:
+    """Home directories whose contents a child must not see: this user's, ``$HOME``, ``/root``."""
+    homes = ["/root", os.path.expanduser("~")]
+    try:
+        homes.append(pwd.getpwuid(os.geteuid()).pw_dir)
+    except KeyError:
+        pass
+    return [p for p in dict.fromkeys(os.path.normpath(h) for h in homes) if p != "/"]
+
+
+def runtime_directories() -> list[str]:
+    """Where Jupyter keeps kernel connection files (jupyter_core's ``jupyter_runtime_dir`` rules)."""
+    found = []
+    if os.environ.get("JUPYTER_RUNTIME_DIR"):
+        found.append(os.environ["JUPYTER_RUNTIME_DIR"])
+    if os.environ.get("JUPYTER_DATA_DIR"):
+        found.append(os.path.join(os.environ["JUPYTER_DATA_DIR"], "runtime"))
+    if os.environ.get("XDG_DATA_HOME"):
+        found.append(os.path.join(os.environ["XDG_DATA_HOME"], "jupyter", "runtime"))
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        found.append(os.environ["XDG_RUNTIME_DIR"])
+    return [os.path.abspath(p) for p in found]
+
+
+def secret_paths(extra: Iterable[str] = ()) -> list[str]:
+    """Existing paths the view covers whenever a bound directory would show them."""
+    found = [*home_directories(), *runtime_directories(), *extra]
+    for home in home_directories():
+        found += [os.path.join(home, name) for name in HOME_SECRETS]
+    return [p for p in dict.fromkeys(os.path.normpath(p) for p in found) if os.path.lexists(p)]
+
+
+def count_user_tasks(uid: int) -> int:
+    """Tasks (processes and threads) of ``uid`` on the whole machine, as RLIMIT_NPROC counts them.
+
+    The launcher counts inside its PID namespace, which shows only the run; the
+    kernel counts every task of a uid that has no user namespace of its own, so
+    the parent counts for it (proc(5): ``/proc/PID/stat`` field 20, num_threads).
+    """
+    total = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{name}").st_uid != uid:
+                continue
+            with open(f"/proc/{name}/stat", "rb") as f:
+                total += int(f.read().rsplit(b")", 1)[1].split()[17])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+# --------------------------------------------------------------------------- cellbox doctor
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``cellbox doctor`` (called by :func:`cellbox.cli.build_parser`)."""
+    parser = subparsers.add_parser(
+        "doctor",
+        help="show which isolation layers this machine supports, and why a layer is missing",
+        description="Try each isolation layer (net, pid, fs, user) with bubblewrap and print what works here. "
+        "Exit status 0 when every layer works, 1 when some are missing.",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    parser.set_defaults(func=_cmd_doctor)
+
+
+def doctor_report(support: Support) -> dict[str, object]:
+    """What ``cellbox doctor --json`` prints: bwrap, root, and each layer's state."""
+    return {
+        "bwrap": support.bwrap,
+        "as_root": support.as_root,
+        "layers": {
+            layer: {"available": support.available(layer), "reason": support.missing.get(layer)} for layer in LAYERS
+        },
+        "rlimits": True,
+    }
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    import json
+
+    support = probe()
+    if args.json:
+        print(json.dumps(doctor_report(support)))
+    else:
+        print(f"bubblewrap: {support.bwrap or 'not installed (apt-get install bubblewrap)'}")
+        print(f"running as: {'root (children run as ' + UNPRIVILEGED_USER + ')' if support.as_root else 'a user'}")
+        for layer in LAYERS:
+            state = "yes" if support.available(layer) else f"no: {support.missing.get(layer)}"
+            print(f"{layer:5} {state}")
+        print("rlimits, environment allowlist, process-tree kill: yes (always)")
+    return 0 if all(support.available(layer) for layer in LAYERS) else 1
+
+
+# --------------------------------------------------------------------------- command-line options
+
+
+def add_isolation_options(parser: argparse.ArgumentParser, default: Isolation | None = None) -> None:
+    """Add ``--isolation``, ``--network``/``--no-network``, ``--layers``, ``--read-only``, ``--writable``."""
+    default = default or Isolation()
+    group = parser.add_argument_group("isolation (see `cellbox doctor`)")
+    group.add_argument(
+        "--isolation",
+        choices=MODES,
+        default=None,
+        help="none: rlimits only; auto: every namespace layer this machine supports; strict: all of them or "
+        f"no run (default: {default.mode}; auto when another isolation option is given)",
+    )
+    group.add_argument(
+        "--network",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="let the child use the network (default: no network when isolated)",
+    )
+    group.add_argument("--layers", metavar="LIST", help=f"layers to use, comma-separated (default: {','.join(LAYERS)})")
+    group.add_argument("--read-only", action="append", default=[], metavar="PATH", help="also show PATH, read-only")
+    group.add_argument("--writable", action="append", default=[], metavar="PATH", help="also show PATH, writable")
+
+
+def isolation_from_args(args: argparse.Namespace, default: Isolation | None = None) -> Isolation:
+    """Build the :class:`Isolation` of parsed options (see :func:`add_isolation_options`).
+
+    Raises:
+        IsolationError: a bad layer name or a relative path, named by its flag.
+    """
+    default = default or Isolation()
+    chosen = args.network is not None or args.layers or args.read_only or args.writable
+    mode = args.isolation or ("auto" if chosen and default.mode == "none" else default.mode)
+    return Isolation.from_options(
+        mode=mode,
+        network=default.network if args.network is None else args.network,
+        layers=args.layers or default.layers,
+        read_only=[os.path.abspath(p) for p in [*default.read_only, *args.read_only]],
+        writable=[os.path.abspath(p) for p in [*default.writable, *args.writable]],
+        source="--layers" if args.layers else "isolation options",
+    )

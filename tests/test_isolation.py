@@ -1,0 +1,556 @@
+"""Isolation beyond rlimits: what a child can no longer reach, grouped by threat.
+
+Every test runs a real child inside bubblewrap.  Where this machine lacks a
+layer, the test is skipped with the reason ``cellbox doctor`` gives, and fails
+instead under ``CELLBOX_REQUIRE_ALL=1`` (CI).  At the end, every adversarial
+test of the core runs again with isolation on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import types
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import test_sandbox_adversarial as adversarial
+from cellbox import sandbox
+from cellbox.cli import main
+from cellbox.environment import TaskDirectory
+from cellbox.isolation import (
+    LAYERS,
+    UNPRIVILEGED_USER,
+    Isolation,
+    IsolationError,
+    make_plan,
+    probe,
+    runtime_directories,
+)
+from cellbox.limits import Limits
+from cellbox.outcome import Status
+from cellbox.sandbox import SandboxError, run, start
+from conftest import REQUIRE_ALL_VARIABLE, require_all
+from sandboxkit import marker, run_python, survivors
+
+AUTO = Isolation(mode="auto")
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the unprivileged user switch happens only as root")
+
+
+def require_layers(*layers: str) -> None:
+    """Skip (fail under CELLBOX_REQUIRE_ALL) unless every layer named works on this machine."""
+    support = probe()
+    for layer in layers or LAYERS:
+        if not support.available(layer):
+            why = f"isolation layer {layer!r} is not available here: {support.missing.get(layer)}"
+            if require_all():
+                pytest.fail(f"{why}; {REQUIRE_ALL_VARIABLE} is set (install bubblewrap in .ci/run)")
+            pytest.skip(why)
+
+
+@pytest.fixture
+def all_layers() -> None:
+    require_layers()
+
+
+# --------------------------------------------------------------------------- network
+
+
+@pytest.fixture
+def host_server() -> Iterator[int]:
+    """A TCP server on the host's 127.0.0.1 that answers every connection with ``hello``; yields its port."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.sendall(b"hello")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    server.close()
+
+
+CONNECT = """
+import socket, sys
+try:
+    with socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=3) as s:
+        print("connected", s.recv(5).decode())
+except OSError as exc:
+    print("refused", type(exc).__name__)
+"""
+
+
+def test_child_cannot_connect_to_a_server_on_the_hosts_loopback(all_layers: None, host_server: int) -> None:
+    outcome = run([sys.executable, "-c", CONNECT, str(host_server)], isolation=AUTO)
+    assert outcome.status is Status.OK, outcome.stderr
+    assert outcome.stdout == "refused ConnectionRefusedError\n"  # a private loopback, with nobody listening
+    assert "net" in outcome.isolation
+
+
+def test_network_allowed_reaches_the_hosts_loopback(all_layers: None, host_server: int) -> None:
+    outcome = run([sys.executable, "-c", CONNECT, str(host_server)], isolation=Isolation.auto(network=True))
+    assert outcome.stdout == "connected hello\n"
+    assert "net" not in outcome.isolation
+    assert {"pid", "fs", "user"} <= set(outcome.isolation)
+
+
+# --------------------------------------------------------------------------- files
+
+
+@pytest.fixture
+def home_secret() -> Iterator[Path]:
+    """A secret file in this user's home directory, removed afterwards."""
+    path = Path.home() / f".cellbox-test-secret-{uuid.uuid4().hex}"
+    path.write_text("hunter2\n")
+    path.chmod(0o644)  # even a file every user may read stays out of sight
+    yield path
+    path.unlink()
+
+
+@pytest.fixture
+def connection_file() -> Iterator[Path]:
+    """A fake kernel connection file in Jupyter's runtime directory (``~/.local/share/jupyter/runtime``)."""
+    runtime = Path.home() / ".local" / "share" / "jupyter" / "runtime"
+    made = [p for p in (runtime, *runtime.parents) if not p.exists()]
+    runtime.mkdir(parents=True, exist_ok=True)
+    path = runtime / f"kernel-cellbox-test-{uuid.uuid4().hex}.json"
+    path.write_text(json.dumps({"key": "secret-signing-key", "shell_port": 5555}))
+    path.chmod(0o644)
+    yield path
+    path.unlink()
+    for directory in sorted(made, key=lambda p: len(p.parts), reverse=True):
+        directory.rmdir()
+
+
+READ = """
+import sys
+for path in sys.argv[1:]:
+    try:
+        with open(path) as f:
+            print("read", f.read().strip())
+    except OSError as exc:
+        print("unreadable", type(exc).__name__)
+"""
+
+
+def test_child_cannot_read_a_file_in_the_users_home(all_layers: None, home_secret: Path) -> None:
+    without = run([sys.executable, "-c", READ, str(home_secret)])
+    assert without.stdout == "read hunter2\n"  # the file is there to be read without the layers
+    outcome = run([sys.executable, "-c", READ, str(home_secret)], isolation=AUTO)
+    assert outcome.status is Status.OK, outcome.stderr
+    assert outcome.stdout == "unreadable FileNotFoundError\n"
+
+
+def test_child_cannot_read_a_kernel_connection_file(all_layers: None, connection_file: Path) -> None:
+    outcome = run([sys.executable, "-c", READ, str(connection_file)], isolation=AUTO)
+    assert outcome.status is Status.OK, outcome.stderr
+    assert outcome.stdout == "unreadable FileNotFoundError\n"
+
+
+def test_secrets_stay_covered_when_the_working_directory_is_the_home(
+    all_layers: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Worst case: a notebook opened in the home directory itself, which is then
+    # bound read-write; its secrets (SSH keys, the runtime dir) are still covered.
+    home = tmp_path / "home"
+    files = {
+        "notes.txt": "my notes",
+        ".ssh/id_ed25519": "PRIVATE KEY",
+        ".local/share/jupyter/runtime/kernel-1.json": '{"key": "secret-signing-key"}',
+    }
+    for name, text in files.items():
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_text(text)
+    for path in [home, *home.rglob("*")]:
+        path.chmod(0o777 if path.is_dir() else 0o644)  # open to all: only the view may hide them
+    monkeypatch.setenv("HOME", str(home))
+    outcome = run([sys.executable, "-c", READ, *(str(home / name) for name in files)], isolation=AUTO, cwd=home)
+    assert outcome.status is Status.OK, outcome.stderr
+    hidden = "unreadable FileNotFoundError"
+    assert outcome.stdout.splitlines() == ["read my notes", hidden, hidden]
+    assert (home / ".ssh" / "id_ed25519").read_text() == "PRIVATE KEY"
+
+
+def test_hidden_path_is_covered_even_inside_the_working_directory(all_layers: None, tmp_path: Path) -> None:
+    secret = tmp_path / "connection.json"
+    secret.write_text("secret-signing-key")
+    secret.chmod(0o644)
+    tmp_path.chmod(0o755)
+    isolation = Isolation.auto(hidden=(str(secret),))
+    outcome = run([sys.executable, "-c", READ, str(secret)], isolation=isolation, cwd=tmp_path)
+    assert outcome.stdout == "read \n"  # an empty file stands where the secret was
+    assert secret.read_text() == "secret-signing-key"
+
+
+WRITE = """
+import os, sys
+for path in sys.argv[1:]:
+    try:
+        with open(path, "w") as f:
+            f.write("written by the child")
+        print("wrote", path)
+    except OSError as exc:
+        print("refused", path, type(exc).__name__)
+"""
+
+
+def test_child_cannot_write_outside_its_working_and_task_directories(all_layers: None, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    inside = tmp_path / "work"
+    for directory in (outside, inside):
+        directory.mkdir()
+        directory.chmod(0o777)  # open to every user: only the view may stop the writes
+    targets = {
+        "outside": outside / "escape.txt",
+        "prefix": Path(sys.prefix) / f"cellbox-test-{uuid.uuid4().hex}",
+        "etc": Path("/etc") / f"cellbox-test-{uuid.uuid4().hex}",
+        "tmp": Path("/tmp") / f"cellbox-test-{uuid.uuid4().hex}",
+    }
+    allowed = {"cwd": inside / "result.txt"}
+    code = WRITE + "\nfor name in ('HOME', 'TMPDIR'):\n    open(os.path.join(os.environ[name], 'x'), 'w').write('1')\n"
+    script = [sys.executable, "-c", code, *map(str, targets.values()), *map(str, allowed.values())]
+    task = TaskDirectory.create()
+    try:
+        outcome = run(script, isolation=AUTO, cwd=inside, task=task)
+        assert outcome.status is Status.OK, outcome.stderr
+        assert [p for p in targets.values() if p.exists()] == []
+        assert allowed["cwd"].read_text() == "written by the child"
+        assert (task.home / "x").exists() and (task.tmp / "x").exists()
+        assert f"refused {targets['outside']}" in outcome.stdout
+        assert f"refused {targets['etc']}" in outcome.stdout
+        # /tmp in the view is the run's own: the write succeeds there and never reaches the host.
+        assert f"wrote {targets['tmp']}" in outcome.stdout
+    finally:
+        task.remove()
+
+
+def test_home_and_tmpdir_are_inside_the_task_directory_in_the_view(all_layers: None) -> None:
+    code = "import os, tempfile; print(os.environ['HOME']); print(tempfile.gettempdir()); print(os.getcwd())"
+    task = TaskDirectory.create()
+    try:
+        outcome = run([sys.executable, "-c", code], isolation=AUTO, task=task)
+        assert outcome.stdout.splitlines() == [str(task.home), str(task.tmp), str(task.work)]
+    finally:
+        task.remove()
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def test_child_cannot_see_or_signal_the_parent_or_a_host_process(all_layers: None) -> None:
+    mark = marker()
+    helper = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep(60)  # {mark}"])
+    code = f"""
+import os, signal
+pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+needle = {mark[:10]!r}.encode() + {mark[10:]!r}.encode()  # split, so this code does not match itself
+seen = [p for p in pids if needle in open(f"/proc/{{p}}/cmdline", "rb").read()]
+print("seen", seen)
+print("mine", sorted(pids))
+for target in ({helper.pid}, {os.getpid()}):
+    try:
+        os.kill(target, signal.SIGKILL)
+        print("signalled", target)
+    except OSError as exc:
+        print("cannot signal", target, type(exc).__name__)
+    try:
+        open(f"/proc/{{target}}/environ", "rb").read()
+        print("environ readable", target)
+    except OSError as exc:
+        print("environ unreadable", target, type(exc).__name__)
+"""
+    try:
+        outcome = run([sys.executable, "-c", code], isolation=AUTO)
+        assert outcome.status is Status.OK, outcome.stderr
+        lines = outcome.stdout.splitlines()
+        assert lines[0] == "seen []"
+        assert max(json.loads(lines[1].removeprefix("mine "))) < 10  # only the run's own few processes
+        for target in (helper.pid, os.getpid()):
+            assert f"cannot signal {target} ProcessLookupError" in lines
+            assert f"environ unreadable {target} FileNotFoundError" in lines
+        assert helper.poll() is None  # the host process lives on
+    finally:
+        helper.kill()
+        helper.wait()
+
+
+def test_setsid_daemon_dies_at_once_when_the_supervisor_dies(all_layers: None) -> None:
+    # Without a PID namespace, a daemon that left the process group outlives a
+    # supervisor killed from outside until the parent's clean-up; with one, the
+    # kernel ends it with the namespace's init.
+    mark = marker()
+    code = f"""
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:  # the daemon: a fresh program whose argv alone holds the whole mark
+        os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(1000)", {mark[:12]!r} + {mark[12:]!r}])
+    os._exit(0)
+print("ready", flush=True)
+time.sleep(1000)
+"""
+    ready = threading.Event()
+    running = start(
+        [sys.executable, "-c", code], isolation=AUTO, limits=Limits(wall_time=20), on_stdout=lambda _: ready.set()
+    )
+    waiter = ThreadPoolExecutor(1).submit(running.wait)  # output is read by the waiting thread
+    try:
+        assert ready.wait(10)
+        deadline = time.monotonic() + 5
+        while not survivors(mark) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(survivors(mark)) == 1  # the daemon runs
+        os.kill(_launcher_pid(running.proc.pid), signal.SIGKILL)
+        deadline = time.monotonic() + 2
+        while survivors(mark) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert survivors(mark) == []
+    finally:
+        running.kill()
+        waiter.result(timeout=10)
+
+
+def _launcher_pid(root: int) -> int:
+    """The pid (in this namespace) of the launcher that runs under bwrap started as ``root``."""
+    for _ in range(100):
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+                    status = Path(f"/proc/{name}/status").read_text()
+                except OSError:
+                    continue
+                if b"_launch.py" in cmdline and b"bwrap" not in cmdline and "NSpid" in status:
+                    if len(status.split("NSpid:")[1].split("\n")[0].split()) == 2 and _descends(int(name), root):
+                        return int(name)
+        time.sleep(0.05)
+    raise AssertionError("no launcher found under bwrap")
+
+
+def _descends(pid: int, root: int) -> bool:
+    while pid > 1:
+        if pid == root:
+            return True
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return False
+
+
+@as_root
+def test_child_of_root_runs_unprivileged_without_capabilities(all_layers: None) -> None:
+    code = "import os; print(os.getuid(), os.getgid()); print(open('/proc/self/status').read())"
+    outcome = run([sys.executable, "-c", code], isolation=AUTO)
+    assert outcome.status is Status.OK, outcome.stderr
+    nobody = pwd.getpwnam(UNPRIVILEGED_USER)
+    ids, _, status = outcome.stdout.partition("\n")
+    assert ids == f"{nobody.pw_uid} {nobody.pw_gid}"
+    fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+    assert fields["CapEff"] == fields["CapPrm"] == fields["CapAmb"] == "0000000000000000"
+    assert fields["NoNewPrivs"] == "1"
+    assert outcome.as_root is False
+    assert f"user:{UNPRIVILEGED_USER}" in outcome.isolation
+
+
+def test_numpy_imports_in_the_view(all_layers: None) -> None:
+    pytest.importorskip("numpy")
+    code = "import numpy as np; print(int(np.arange(10).sum()))"
+    outcome = run([sys.executable, "-c", code], isolation=AUTO, limits=Limits(wall_time=30))
+    assert outcome.status is Status.OK, outcome.stderr
+    assert outcome.stdout == "45\n"
+
+
+def test_channel_fds_survive_bwrap(all_layers: None) -> None:
+    code = """
+import json, os
+out, inp = os.fdopen(3, "w", buffering=1), os.fdopen(4)
+out.write(json.dumps({"ask": os.environ["CELLBOX_CHANNEL"]}) + "\\n")
+print(json.loads(inp.readline())["answer"])
+"""
+    messages: list[object] = []
+    running = start([sys.executable, "-c", code], isolation=AUTO, channel=True, on_message=messages.append)
+    running.send({"answer": "42"})
+    outcome = running.wait()
+    assert outcome.status is Status.OK, outcome.stderr
+    assert messages == [{"ask": "3,4"}]
+    assert outcome.stdout == "42\n"
+
+
+# --------------------------------------------------------------------------- reporting and configuration
+
+
+def test_outcome_lists_the_active_layers(all_layers: None) -> None:
+    outcome = run(["true"], isolation=AUTO)
+    assert [layer for layer in outcome.isolation if layer in LAYERS] == list(LAYERS)
+    assert outcome.isolation[:4] == ("rlimits", "environment-allowlist", "process-group", "subreaper")
+    assert outcome.notes == ()
+
+
+def test_without_isolation_no_layer_is_listed() -> None:
+    outcome = run(["true"], isolation="none")
+    assert not set(outcome.isolation) & set(LAYERS)
+
+
+def test_missing_bwrap_is_reported_in_auto_and_refused_in_strict(tmp_path: Path) -> None:
+    support = probe(bwrap=str(tmp_path / "no-bwrap-here"))
+    assert all(not support.available(layer) for layer in LAYERS)
+    plan = make_plan(AUTO, support, user=None)
+    assert plan.layers == []
+    assert plan.notes[0].startswith("net: isolation layer not active: bwrap cannot start here")
+    assert [note.split(":")[0] for note in plan.notes] == list(LAYERS)
+
+
+def test_strict_run_without_a_layer_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on PATH
+    monkeypatch.setattr("cellbox.isolation.BWRAP_FALLBACK", str(tmp_path / "bwrap"))  # nor where Debian puts it
+    with pytest.raises(SandboxError, match=r"^isolation is strict and the net layer is not available here: "):
+        start(["true"], isolation="strict")
+
+
+def test_strict_run_with_every_layer_runs(all_layers: None) -> None:
+    outcome = run(["true"], isolation="strict")
+    assert outcome.status is Status.OK
+    assert set(LAYERS) <= set(outcome.isolation)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"mode": "paranoid"}, "isolation setting: unknown isolation mode 'paranoid'; use one of none, auto, strict"),
+        ({"network": "maybe"}, "isolation setting: expected on or off for the network, got 'maybe'"),
+        ({"layers": "net,disk"}, "isolation setting: unknown isolation layer 'disk'; use some of net, pid, fs, user"),
+        ({"read_only": "data"}, "isolation setting: read_only path 'data' is not absolute; give a full path"),
+    ],
+)
+def test_bad_isolation_option_is_one_line_naming_its_source(options: dict[str, str], message: str) -> None:
+    with pytest.raises(IsolationError) as caught:
+        Isolation.from_options(**options, source="isolation setting")  # type: ignore[arg-type]
+    assert str(caught.value) == message
+
+
+def test_options_from_text_build_the_same_setting() -> None:
+    parsed = Isolation.from_options("Auto", network="on", layers="pid, fs", read_only="/data:/srv/x")
+    assert parsed == Isolation(mode="auto", network=True, layers=("pid", "fs"), read_only=("/data", "/srv/x"))
+    assert parsed.wanted == ("pid", "fs")
+    assert Isolation.from_options("auto", network="off").wanted == LAYERS
+    assert Isolation().wanted == ()
+
+
+def test_cellbox_run_json_lists_layers(all_layers: None, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["run", "--json", "--isolation", "auto", "--", sys.executable, "-c", "print('hi')"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert data["stdout"] == "hi\n"
+    assert set(LAYERS) <= set(data["isolation"])
+
+
+def test_cellbox_run_network_flag_drops_the_net_layer(all_layers: None, capsys: pytest.CaptureFixture[str]) -> None:
+    main(["run", "--json", "--network", "--", "true"])
+    data = json.loads(capsys.readouterr().out)
+    assert "net" not in data["isolation"] and "pid" in data["isolation"]
+
+
+def test_cellbox_run_file_outside_the_working_directory_is_in_the_view(
+    all_layers: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scripts, work = tmp_path / "scripts", tmp_path / "work"
+    scripts.mkdir(mode=0o700)  # a private directory: only the file itself is shown
+    work.mkdir(mode=0o777)
+    script = scripts / "hello.py"
+    script.write_text("print('hello from the view')")
+    script.chmod(0o644)
+    assert main(["run", "--json", "--isolation", "strict", "--cwd", str(work), str(script)]) == 0
+    assert json.loads(capsys.readouterr().out)["stdout"] == "hello from the view\n"
+
+
+def test_cellbox_run_bad_layer_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--layers", "net,moon", "--", "true"]) == 2
+    err = capsys.readouterr().err
+    assert err == "cellbox run: error: --layers: unknown isolation layer 'moon'; use some of net, pid, fs, user\n"
+
+
+def test_doctor_reports_every_layer(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["doctor", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    support = probe()
+    assert list(report["layers"]) == list(LAYERS)
+    for layer in LAYERS:
+        assert report["layers"][layer] == {"available": support.available(layer), "reason": support.missing.get(layer)}
+    assert code == (0 if all(support.available(layer) for layer in LAYERS) else 1)
+
+
+def test_doctor_says_why_without_bwrap(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr("cellbox.isolation.BWRAP_FALLBACK", str(tmp_path / "bwrap"))
+    assert main(["doctor"]) == 1
+    out = capsys.readouterr().out
+    assert "bubblewrap: not installed (apt-get install bubblewrap)" in out
+    assert "net   no: bubblewrap is not installed (apt-get install bubblewrap)" in out
+
+
+def test_runtime_directory_follows_jupyter_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", "/srv/jupyter/run")
+    assert runtime_directories()[0] == "/srv/jupyter/run"
+
+
+# --------------------------------------------------------------------------- the core's adversarial tests, isolated
+
+
+@pytest.fixture
+def isolated_by_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Turn every layer on for runs that do not choose, as if it were the core's default.
+
+    As root the command runs as an unprivileged user, which needs a working
+    directory it may write (see the README's Isolation section): the test's
+    ``tmp_path`` is opened to it, as a user would open a notebook directory.
+    """
+    require_layers()
+    monkeypatch.setattr(sandbox, "DEFAULT_ISOLATION", AUTO)
+    tmp_path.chmod(0o777)
+
+
+def _isolated_copy(test: Callable[..., None]) -> Callable[..., None]:
+    """A copy of ``test`` (same code, fixtures and parameters) that also uses ``isolated_by_default``.
+
+    A copy, because marking the original would turn isolation on in its own module too.
+    """
+    copy = types.FunctionType(test.__code__, test.__globals__, test.__name__, test.__defaults__, test.__closure__)
+    copy.__dict__.update(test.__dict__)
+    copy.pytestmark = [*getattr(test, "pytestmark", []), pytest.mark.usefixtures("isolated_by_default").mark]  # type: ignore[attr-defined]
+    return copy
+
+
+# Each adversarial test of the core is collected again here, under the fixture above.
+ADVERSARIAL = [name for name in vars(adversarial) if name.startswith("test_")]
+globals().update({f"{name}_isolated": _isolated_copy(getattr(adversarial, name)) for name in ADVERSARIAL})
+
+
+def test_adversarial_tests_run_again_isolated_and_unchanged_in_their_own_module() -> None:
+    assert len(ADVERSARIAL) > 10
+    assert all(f"{name}_isolated" in globals() for name in ADVERSARIAL)
+    marks = [m.name for name in ADVERSARIAL for m in getattr(getattr(adversarial, name), "pytestmark", [])]
+    assert "usefixtures" not in marks
+    assert not set(run_python("print(1)").isolation) & set(LAYERS)
