@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable
+from typing import NoReturn
 
 import pytest
 
@@ -37,10 +38,23 @@ def find_tool(name: str, *, install: str | None = None) -> str:
     path = shutil.which(name)
     if path:
         return path
-    how = install or f"apt-get install {name}"
+    missing(f"{name} is not installed", install or f"apt-get install {name}")
+
+
+def missing(what: str, install: str) -> NoReturn:
+    """Skip the calling test because ``what`` is missing here; fail it instead under ``CELLBOX_REQUIRE_ALL``.
+
+    Args:
+        what: what is missing, as a clause: ``"chromium is not installed"``.
+        install: how to get it: ``"apt-get install chromium"``.
+
+    Raises:
+        pytest.skip.Exception: on a developer's machine.
+        pytest.fail.Exception: in CI (``CELLBOX_REQUIRE_ALL`` set), so nothing passes by not running.
+    """
     if require_all():
-        pytest.fail(f"{name} is not installed and {REQUIRE_ALL_VARIABLE} is set; install it ({how}) in .ci/run")
-    pytest.skip(f"{name} is not installed; install it ({how}) to run this test")
+        pytest.fail(f"{what} and {REQUIRE_ALL_VARIABLE} is set; install it ({install}) in .ci/run")
+    pytest.skip(f"{what}; install it ({install}) to run this test")
 
 
 @pytest.fixture(scope="session")
