@@ -554,3 +554,27 @@ def test_adversarial_tests_run_again_isolated_and_unchanged_in_their_own_module(
     marks = [m.name for name in ADVERSARIAL for m in getattr(getattr(adversarial, name), "pytestmark", [])]
     assert "usefixtures" not in marks
     assert not set(run_python("print(1)").isolation) & set(LAYERS)
+
+
+def test_readme_isolation_table_lists_every_layer() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("\n## Isolation\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    assert [row.split("`")[1] for row in rows] == list(LAYERS)
+
+
+@pytest.mark.parametrize("layers", [(layer,) for layer in LAYERS] + [("net", "pid"), ("pid", "fs")])
+def test_any_choice_of_layers_runs_python_and_reports_those_layers(all_layers: None, layers: tuple[str, ...]) -> None:
+    code = "import os, json; print(json.dumps([os.getcwd() == os.environ['HOME'].replace('home', 'work')]))"
+    outcome = run([sys.executable, "-c", code], isolation=Isolation.auto(layers=layers))
+    if os.geteuid() == 0 and layers == ("user",):
+        # As nobody without the view: the run works only if this Python is open to every user.
+        note = f"user: without the fs layer, {UNPRIVILEGED_USER} must reach the interpreter and the working directory"
+        assert note in " ".join(outcome.notes)
+        if outcome.status is Status.ERROR:
+            assert "it is not open to them" in outcome.stderr
+            return
+    assert outcome.status is Status.OK, outcome.stderr
+    assert outcome.stdout == "[true]\n"
+    expected = set(layers) | ({"user"} if os.geteuid() != 0 else set())  # bwrap needs a user namespace then
+    assert {layer for layer in outcome.isolation if layer in LAYERS} == expected

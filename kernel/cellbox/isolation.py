@@ -396,6 +396,10 @@ def make_plan(isolation: Isolation, support: Support, *, user: str | int | None)
     if layers:
         layers.append("ipc")
     notes = [f"{layer}: isolation layer not active: {why}" for layer, why in missing.items()]
+    if support.as_root and "user" in layers and "fs" not in layers:
+        notes.append(
+            f"user: without the fs layer, {run_as} must reach the interpreter and the working directory by itself"
+        )
     return Plan(layers=layers, missing=missing, user=run_as, notes=notes)
 
 
