@@ -41,7 +41,7 @@ from cellbox.isolation import (
 from cellbox.limits import Limits
 from cellbox.outcome import Status
 from cellbox.sandbox import SandboxError, run, start
-from conftest import REQUIRE_ALL_VARIABLE, require_all
+from conftest import missing
 from sandboxkit import marker, run_python, survivors
 
 AUTO = Isolation(mode="auto")
@@ -53,10 +53,8 @@ def require_layers(*layers: str) -> None:
     support = probe()
     for layer in layers or LAYERS:
         if not support.available(layer):
-            why = f"isolation layer {layer!r} is not available here: {support.missing.get(layer)}"
-            if require_all():
-                pytest.fail(f"{why}; {REQUIRE_ALL_VARIABLE} is set (install bubblewrap in .ci/run)")
-            pytest.skip(why)
+            why = f"isolation layer {layer!r} is not available here ({support.missing.get(layer)})"
+            missing(why, "apt-get install bubblewrap; `cellbox doctor` says what else is missing")
 
 
 @pytest.fixture
