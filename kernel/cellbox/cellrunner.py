@@ -27,10 +27,12 @@ from __future__ import annotations
 import base64
 import builtins
 import getpass
+import hashlib
 import importlib.util
 import json
 import os
 import sys
+import tempfile
 import warnings
 from typing import Any
 
@@ -100,6 +102,7 @@ def _json_ready(value: Any) -> Any:
 
 def _make_shell(channel: Channel, spec: dict[str, Any], user_ns: dict[str, Any]) -> Any:
     """Build an InteractiveShell whose display and errors go to ``channel``."""
+    from IPython.core.compilerop import CachingCompiler
     from IPython.core.displayhook import DisplayHook
     from IPython.core.displaypub import DisplayPublisher
     from IPython.core.interactiveshell import InteractiveShell
@@ -140,7 +143,21 @@ def _make_shell(channel: Channel, spec: dict[str, Any], user_ns: dict[str, Any])
                 channel.send({"type": "execute_result", "execution_count": self.prompt_count, **self._bundle})
             self._bundle = {}
 
+    class CellCompiler(CachingCompiler):
+        """Names cells like files, as ipykernel does, in a directory that stays the same all session.
+
+        A path-like name (rather than ``<ipython-input-...>``) makes IPython's
+        tracebacks format frames as they do under ipykernel; a fixed directory
+        (the task directory's tmp/) lets code carried from an earlier cell find
+        its source again.
+        """
+
+        def get_code_name(self, raw_code: str, transformed_code: str, number: int) -> str:
+            digest = hashlib.sha1(f"{number}\0{transformed_code}".encode()).hexdigest()[:16]
+            return os.path.join(tempfile.gettempdir(), "cells", f"{digest}.py")
+
     class CellShell(InteractiveShell):
+        compiler_class = Type(CellCompiler)
         display_pub_class = Type(ChannelDisplayPublisher)
         displayhook_class = Type(ChannelDisplayHook)
 
@@ -304,8 +321,13 @@ def _namespace_from(state: dict[str, Any]) -> dict[str, Any]:
 
 def _restore(shell: Any, state: dict[str, Any], history: list[str]) -> None:
     """Put In/Out, the environment, the working directory and extensions back."""
-    # IPython resets _, __ and ___ when it builds the namespace: set them again.
-    shell.user_ns.update(state.get("names", {}))
+    # IPython resets _, __ and ___ when it builds the namespace: set them again,
+    # in the display hook too, which stops updating them when they differ from its own.
+    names = state.get("names", {})
+    shell.user_ns.update(names)
+    for under in ("_", "__", "___"):
+        if under in names:
+            setattr(shell.displayhook, under, names[under])
     hm = shell.history_manager
     parsed = [""]
     for number, source in enumerate(history[1:], 1):
