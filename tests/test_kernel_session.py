@@ -248,3 +248,16 @@ def test_settings_in_the_kernel_arguments_set_the_session_limits(tmp_path: Path)
         assert execute(kc, "%limits").stream() == "wall 12 s, cpu 30 s, memory 768M, output 64K\n"
         limits = execute(kc, "pass").metadata["cellbox"]["limits"]
         assert (limits["wall_time"], limits["memory"], limits["output"]) == (12.0, 768 * 2**20, 64 * 2**10)
+
+
+def test_state_that_cannot_be_loaded_is_a_warning_not_a_broken_kernel(tmp_path: Path) -> None:
+    (tmp_path / "shapes.py").write_text("class Square:\n    side = 2\n")
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (_km, kc):
+        assert execute(kc, "import shapes\nsquare = shapes.Square()").status == "ok"
+        (tmp_path / "shapes.py").unlink()
+        result = execute(kc, "print('still running')")
+        assert result.stream() == "still running\n"
+        assert result.stream("stderr") == (
+            "cellbox: the names from earlier cells could not be loaded "
+            "(ModuleNotFoundError: No module named 'shapes'); this cell starts without them\n"
+        )

@@ -291,8 +291,16 @@ def _load_state(path: str | None) -> dict[str, Any]:
         return {}
     import cloudpickle
 
-    with open(path, "rb") as f:
-        state = cloudpickle.load(f)
+    try:
+        with open(path, "rb") as f:
+            state = cloudpickle.load(f)
+    except Exception as exc:  # noqa: BLE001 - a module the state names is gone, say
+        print(
+            f"cellbox: the names from earlier cells could not be loaded ({type(exc).__name__}: {exc}); "
+            "this cell starts without them",
+            file=sys.stderr,
+        )
+        return {}
     return state if isinstance(state, dict) and state.get("version") == STATE_VERSION else {}
 
 
