@@ -576,3 +576,48 @@ def test_any_choice_of_layers_runs_python_and_reports_those_layers(all_layers: N
     assert outcome.stdout == "[true]\n"
     expected = set(layers) | ({"user"} if os.geteuid() != 0 else set())  # bwrap needs a user namespace then
     assert {layer for layer in outcome.isolation if layer in LAYERS} == expected
+
+
+FORK_TEN = """
+import os, time
+pids = []
+try:
+    for _ in range(100):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        pids.append(pid)
+except OSError as exc:
+    print("stopped after", len(pids), type(exc).__name__)
+"""
+
+
+@as_root
+def test_processes_limit_holds_in_the_namespaces_without_a_pids_cgroup(
+    all_layers: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # RLIMIT_NPROC counts nobody's tasks on the whole machine, while the
+    # launcher sees only its PID namespace: the parent counts for it.
+    monkeypatch.setattr(sandbox, "pids_cgroup_root", lambda: None)
+    mark = marker()
+    outcome = run_python(FORK_TEN, mark, limits=Limits(processes=10, wall_time=10), isolation=AUTO)
+    assert outcome.status is Status.OK, outcome.stderr
+    assert "pids-cgroup" not in outcome.isolation
+    started = int(outcome.stdout.split()[2])
+    assert 0 < started < 10
+    assert outcome.killed_processes == started
+    assert survivors(mark) == []
+
+
+@as_root
+def test_working_directory_closed_to_the_unprivileged_user_is_named(all_layers: None, tmp_path: Path) -> None:
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    outcome = run(["true"], isolation=AUTO, cwd=private)
+    assert outcome.status is Status.ERROR
+    uid = pwd.getpwnam(UNPRIVILEGED_USER).pw_uid
+    assert f"fs: the working directory {private} is not writable by {UNPRIVILEGED_USER} (uid {uid})" in outcome.notes
+    assert outcome.stderr == (
+        f"cellbox: user {UNPRIVILEGED_USER!r} cannot enter the working directory {private} (Permission denied)\n"
+    )

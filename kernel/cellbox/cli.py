@@ -28,7 +28,7 @@ __all__ = ["main", "UsageError"]
 FEATURE_COMMANDS: tuple[str, ...] = (
     "cellbox.kernelspec",
     "cellbox.grading.cli",
-    "cellbox.isolation",
+    "cellbox.doctor",
 )
 
 

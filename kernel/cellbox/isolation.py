@@ -37,8 +37,9 @@ facts for the machine.  With :attr:`Isolation.mode` ``strict`` a missing layer
 stops the run before it starts.
 
 Who calls this: :func:`cellbox.sandbox.start` (``isolation=``), the front doors
-through :meth:`Isolation.from_options`, and ``cellbox doctor``
-(:func:`add_parser`).  Standard library only; nothing here imports Jupyter.
+through :meth:`Isolation.from_options` (and ``cellbox run`` through
+:func:`add_isolation_options`), and ``cellbox doctor`` (:mod:`cellbox.doctor`).
+Standard library only; nothing here imports Jupyter.
 """
 
 from __future__ import annotations
@@ -65,7 +66,9 @@ __all__ = [
     "UNPRIVILEGED_USER",
     "probe",
     "make_plan",
-    "add_parser",
+    "bwrap_prefix",
+    "add_isolation_options",
+    "isolation_from_args",
 ]
 
 # Layers a run may ask for, in the order they are reported.
@@ -473,18 +476,7 @@ def _view(
     for system in SYSTEM_PATHS:
         if os.path.islink(system):
             args += ["--symlink", os.readlink(system), system]
-    entries: dict[str, str] = {}
-    for source in [*SYSTEM_PATHS, *SYSTEM_INFO_PATHS, *python_paths(), *program_paths(programs, path)]:
-        if not os.path.islink(source):
-            entries.setdefault(source, "ro")
-    entries.update({p: "ro" for p in isolation.read_only})
-    # A working directory of / would show the whole host: the view's own / stands in.
-    entries.update({p: "rw" for p in (task, cwd, *isolation.writable) if p != "/"})
-    if cgroup:
-        entries[cgroup] = "rw"
-    for secret in secret_paths(isolation.hidden):
-        if _shown(secret, entries) and not _within(cwd, secret):
-            entries[secret] = "hide"
+    entries = _view_entries(isolation, programs, cwd, task, cgroup, path)
     # Parents before children, so a deeper bind lands on top of a shallower one.
     mounted: dict[str, str] = {}
     for target in sorted(entries, key=lambda p: (p.count(os.sep), p)):
@@ -493,17 +485,39 @@ def _view(
             continue
         args += _parents(target, mounted)
         mounted[target] = kind
-        if kind == "hide":
-            # A directory becomes an empty tmpfs; a file becomes /dev/null: it
-            # reads as empty and swallows writes (bwrap's plain binds and
-            # --remount-ro add nodev, which makes /dev/null unreadable).
-            if os.path.isdir(target):
-                args += [*size, "--tmpfs", target]
-            else:
-                args += ["--dev-bind", "/dev/null", target]
-        else:
+        if kind == "ro" or kind == "rw":
             args += ["--ro-bind" if kind == "ro" else "--bind", target, target]
+        elif os.path.isdir(target):
+            args += [*size, "--tmpfs", target]  # a covered directory is empty
+        else:
+            # A covered file is /dev/null: it reads as empty and swallows writes
+            # (plain binds and --remount-ro add nodev, which makes it unreadable).
+            args += ["--dev-bind", "/dev/null", target]
     return [*args, "--dev", "/dev", *size, "--perms", "1777", "--tmpfs", "/dev/shm"]
+
+
+def _view_entries(
+    isolation: Isolation, programs: Sequence[str], cwd: str, task: str, cgroup: str | None, path: str
+) -> dict[str, str]:
+    """What the view shows: each path mapped to ``ro``, ``rw`` or ``hide``."""
+    entries: dict[str, str] = {}
+    for source in [*SYSTEM_PATHS, *SYSTEM_INFO_PATHS, *python_paths(), *program_paths(programs, path)]:
+        if not os.path.islink(source):
+            entries.setdefault(source, "ro")
+    if isolation.network:
+        # /etc/resolv.conf is often a link into /run (systemd-resolved, resolvconf).
+        resolver = os.path.realpath("/etc/resolv.conf")
+        if not _within(resolver, "/etc") and os.path.exists(resolver):
+            entries.setdefault(os.path.dirname(resolver), "ro")
+    entries.update({p: "ro" for p in isolation.read_only})
+    # A working directory of / would show the whole host: the view's own / stands in.
+    entries.update({p: "rw" for p in (task, cwd, *isolation.writable) if p != "/"})
+    if cgroup:
+        entries[cgroup] = "rw"
+    for secret in secret_paths(isolation.hidden):
+        if _shown(secret, entries) and not _within(cwd, secret):
+            entries[secret] = "hide"
+    return entries
 
 
 def _parents(target: str, mounted: dict[str, str]) -> list[str]:
@@ -646,49 +660,6 @@ def count_user_tasks(uid: int) -> int:
         except (OSError, IndexError, ValueError):
             continue
     return total
-
-
-# --------------------------------------------------------------------------- cellbox doctor
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register ``cellbox doctor`` (called by :func:`cellbox.cli.build_parser`)."""
-    parser = subparsers.add_parser(
-        "doctor",
-        help="show which isolation layers this machine supports, and why a layer is missing",
-        description="Try each isolation layer (net, pid, fs, user) with bubblewrap and print what works here. "
-        "Exit status 0 when every layer works, 1 when some are missing.",
-    )
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead")
-    parser.set_defaults(func=_cmd_doctor)
-
-
-def doctor_report(support: Support) -> dict[str, object]:
-    """What ``cellbox doctor --json`` prints: bwrap, root, and each layer's state."""
-    return {
-        "bwrap": support.bwrap,
-        "as_root": support.as_root,
-        "layers": {
-            layer: {"available": support.available(layer), "reason": support.missing.get(layer)} for layer in LAYERS
-        },
-        "rlimits": True,
-    }
-
-
-def _cmd_doctor(args: argparse.Namespace) -> int:
-    import json
-
-    support = probe()
-    if args.json:
-        print(json.dumps(doctor_report(support)))
-    else:
-        print(f"bubblewrap: {support.bwrap or 'not installed (apt-get install bubblewrap)'}")
-        print(f"running as: {'root (children run as ' + UNPRIVILEGED_USER + ')' if support.as_root else 'a user'}")
-        for layer in LAYERS:
-            state = "yes" if support.available(layer) else f"no: {support.missing.get(layer)}"
-            print(f"{layer:5} {state}")
-        print("rlimits, environment allowlist, process-tree kill: yes (always)")
-    return 0 if all(support.available(layer) for layer in LAYERS) else 1
 
 
 # --------------------------------------------------------------------------- command-line options

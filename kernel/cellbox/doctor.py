@@ -1,0 +1,58 @@
+"""``cellbox doctor``: which isolation layers this machine supports, and why one is missing.
+
+Each layer is tried for real, by starting bubblewrap with it (see
+:func:`cellbox.isolation.probe`); the reasons are the ones a run's
+``Outcome.notes`` would give.  Exit status 0 when every layer works, 1 when
+some are missing, so a set-up script can check a machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from .isolation import LAYERS, UNPRIVILEGED_USER, Support, probe
+
+__all__ = ["add_parser", "doctor_report"]
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``cellbox doctor`` (called by :func:`cellbox.cli.build_parser`)."""
+    parser = subparsers.add_parser(
+        "doctor",
+        help="show which isolation layers this machine supports, and why a layer is missing",
+        description="Try each isolation layer (net, pid, fs, user) with bubblewrap and print what works here. "
+        "Exit status 0 when every layer works, 1 when some are missing.",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    parser.set_defaults(func=_cmd_doctor)
+
+
+def doctor_report(support: Support) -> dict[str, object]:
+    """What ``cellbox doctor --json`` prints: bwrap, root, and each layer's state."""
+    return {
+        "bwrap": support.bwrap,
+        "as_root": support.as_root,
+        "layers": {
+            layer: {"available": support.available(layer), "reason": support.missing.get(layer)} for layer in LAYERS
+        },
+        "rlimits": True,
+    }
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    support = probe()
+    if args.json:
+        print(json.dumps(doctor_report(support)))
+    else:
+        print(f"bubblewrap: {support.bwrap or 'not installed (apt-get install bubblewrap)'}")
+        if support.as_root:
+            print(f"running as: root (with the user layer, children run as {UNPRIVILEGED_USER})")
+        else:
+            print(f"running as: uid {os.geteuid()} (with the user layer, children get a user namespace)")
+        for layer in LAYERS:
+            state = "yes" if support.available(layer) else f"no: {support.missing.get(layer)}"
+            print(f"{layer:5} {state}")
+        print("rlimits, environment allowlist, process-tree kill: yes (always)")
+    return 0 if all(support.available(layer) for layer in LAYERS) else 1
