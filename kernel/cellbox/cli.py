@@ -29,6 +29,7 @@ FEATURE_COMMANDS: tuple[str, ...] = (
     "cellbox.kernelspec",
     "cellbox.grading.cli",
     "cellbox.doctor",
+    "cellbox.lessons",
 )
 
 
