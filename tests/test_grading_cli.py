@@ -146,3 +146,13 @@ def test_many_submissions_each_get_exactly_one_row_and_leave_nothing(tmp_path: P
     assert {key: row["verdict"] for key, row in results.items()} == expected
     assert survivors(DAEMON_MARKER) == []
     assert not list(Path(tempfile.gettempdir()).glob("cellbox-grade-*"))
+
+
+def test_tests_and_reports_inside_the_submissions_folder_are_not_graded(tmp_path: Path) -> None:
+    subs = tmp_path / "subs"
+    write_cases(subs, ["honest"])
+    write_suite(subs / "tests")
+    (subs / "out").mkdir()
+    assert main(["grade", str(subs), "--tests", str(subs / "tests"), "--out", str(subs / "out"), "--wall", "6"]) == 0
+    data = json.loads((subs / "out" / "results.json").read_text())
+    assert [(row["id"], row["verdict"]) for row in data["submissions"]] == [("honest", "verified")]

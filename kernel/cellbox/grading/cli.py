@@ -51,17 +51,22 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     from .runner import GradingRun, print_summary
     from .submissions import SubmissionError, discover
     from .task import GradeSettings, Suite, SuiteError
+    from .venvs import SetupError
 
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: give 1 or more")
-    try:
-        suite = Suite.find(args.tests)
-        submissions = discover(args.submissions)
-    except (SuiteError, SubmissionError) as exc:
-        raise UsageError(str(exc)) from None
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {args.out}: exists and is not a folder")
+    try:
+        suite = Suite.find(args.tests)
+        # The reports folder and the tests may sit inside the submissions folder: they are not submissions.
+        own = {str(out.resolve()), str(suite.root)}
+        submissions = [item for item in discover(args.submissions) if item.path not in own]
+    except (SuiteError, SubmissionError) as exc:
+        raise UsageError(str(exc)) from None
+    if not submissions:
+        raise UsageError(f"{args.submissions}: no submissions found besides the tests and the reports")
     grading = GradingRun(
         submissions=submissions,
         suite=suite,
@@ -73,10 +78,10 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     )
     try:
         results = _grade_with_progress(grading)
-    except OSError as exc:
+    except (OSError, SetupError) as exc:
         from .cluster import ClusterError
 
-        if isinstance(exc, ClusterError):
+        if isinstance(exc, (ClusterError, SetupError)):
             raise UsageError(str(exc)) from None
         raise
     paths = write_reports(out, results)

@@ -39,10 +39,14 @@ import tempfile
 import venv
 from pathlib import Path
 
-__all__ = ["BaseLibrary", "BASE_DISTRIBUTIONS", "REPORTER_MODULE", "create_venv", "pip_install_command"]
+__all__ = ["BaseLibrary", "SetupError", "BASE_DISTRIBUTIONS", "REPORTER_MODULE", "create_venv", "pip_install_command"]
 
 BASE_DISTRIBUTIONS = ("pytest", "pluggy", "iniconfig", "packaging", "pygments")
 REPORTER_MODULE = "cellbox_grading_reporter"
+
+
+class SetupError(RuntimeError):
+    """The grader cannot prepare its own files (pytest missing beside it); one line, for the command line."""
 
 
 class BaseLibrary:
@@ -64,7 +68,7 @@ class BaseLibrary:
         """Copy the base distributions and the reporter into a new directory.
 
         Raises:
-            RuntimeError: a base distribution is not installed beside the grader.
+            SetupError: a base distribution is not installed beside the grader.
         """
         root = Path(tempfile.mkdtemp(prefix="cellbox-base-", dir=parent))
         library = root / "lib"
@@ -101,7 +105,7 @@ def _copy_distribution(name: str, library: Path) -> None:
     try:
         dist = importlib.metadata.distribution(name)
     except importlib.metadata.PackageNotFoundError:
-        raise RuntimeError(f"{name} is not installed beside cellbox; install cellbox's 'test' extra") from None
+        raise SetupError(f"{name} is not installed beside cellbox; install it with pip (pip install {name})") from None
     for item in dist.files or ():
         parts = Path(str(item)).parts
         if not parts or parts[0] == ".." or parts[0].endswith(".dist-info") or parts[0] == "__pycache__":
