@@ -220,7 +220,7 @@ class Isolation:
 
     def as_dict(self) -> dict[str, object]:
         """A JSON-ready dict of the settings."""
-        return {**dataclasses.asdict(self), "layers": list(self.wanted)}
+        return {**dataclasses.asdict(self), "wanted": list(self.wanted)}
 
 
 def _parse_bool(value: bool | str, *, source: str | None) -> bool:
@@ -300,7 +300,7 @@ def _probe(bwrap: str | None, euid: int) -> Support:
     missing: dict[str, str] = {}
     trials = {
         "net": ["--unshare-net"],
-        "pid": ["--unshare-pid", "--proc", "/proc"],
+        "pid": ["--unshare-pid", "--as-pid-1", "--proc", "/proc"],
         "fs": ["--dev", "/dev", "--tmpfs", "/tmp"],
     }
     for layer, extra in trials.items():
@@ -359,21 +359,18 @@ def _userns_reason() -> str | None:
 
 @dataclasses.dataclass
 class Plan:
-    """How one run is isolated: the bwrap command in front of the launcher, and the report.
+    """Which layers one run gets, and what its report says about the others.
 
     Attributes:
         layers: the layers that will be active, in :data:`LAYERS` order (plus ``ipc``).
         missing: for each wanted layer that cannot be used, why.
         user: the user the command must run as (root plus the ``user`` layer), or ``None``.
-        prefix: ``bwrap ARGS... --``, to put before the launcher's argv; empty when
-            no layer is active.
         notes: sentences for the run's ``Outcome.notes``.
     """
 
     layers: list[str]
     missing: dict[str, str]
     user: str | int | None
-    prefix: list[str] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -386,7 +383,7 @@ def make_plan(isolation: Isolation, support: Support, *, user: str | int | None)
         user: the ``user=`` the caller gave :func:`cellbox.sandbox.start`, if any.
 
     Returns:
-        A :class:`Plan` without its ``prefix`` yet (see :func:`bwrap_prefix`).
+        A :class:`Plan`; :func:`bwrap_prefix` turns it into bwrap's arguments.
     """
     layers = [layer for layer in isolation.wanted if support.available(layer)]
     missing = {layer: support.missing.get(layer, "bwrap is missing") for layer in isolation.wanted}
@@ -592,20 +589,24 @@ def _prefix_of(program: str) -> str:
 
 
 def program_paths(programs: Sequence[str], path: str) -> list[str]:
-    """Directories that make each program runnable in the view: its prefix, its virtualenv, their targets."""
+    """Directories that make each program runnable in the view: its virtualenv, and its real prefix.
+
+    ``/work/venv/bin/python`` gives ``/work/venv`` and, through its link,
+    ``/root/.pyenv/versions/3.11.7``.  A program in ``~/bin`` gives ``~/bin``
+    alone: a home directory is never bound whole.
+    """
     found = []
+    homes = home_directories()
     for program in programs:
         located = program if os.sep in program else shutil.which(program, path=path)
         if not located:
             continue
         located = os.path.abspath(located)
-        venv = _prefix_of(located)
-        if os.path.exists(os.path.join(venv, "pyvenv.cfg")):
-            found.append(venv)
+        if os.path.exists(os.path.join(_prefix_of(located), "pyvenv.cfg")):
+            found.append(_prefix_of(located))
         real = os.path.realpath(located)
-        found.append(_prefix_of(real))
-        if os.path.exists(os.path.join(_prefix_of(real), "pyvenv.cfg")):
-            found.append(_prefix_of(real))
+        prefix = _prefix_of(real)
+        found.append(os.path.dirname(real) if prefix in homes else prefix)
     return [p for p in dict.fromkeys(found) if p not in ("/", "") and os.path.isdir(p)]
 
 
