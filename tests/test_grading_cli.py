@@ -156,3 +156,12 @@ def test_tests_and_reports_inside_the_submissions_folder_are_not_graded(tmp_path
     assert main(["grade", str(subs), "--tests", str(subs / "tests"), "--out", str(subs / "out"), "--wall", "6"]) == 0
     data = json.loads((subs / "out" / "results.json").read_text())
     assert [(row["id"], row["verdict"]) for row in data["submissions"]] == [("honest", "verified")]
+
+
+def test_resume_against_other_tests_is_refused(graded: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_suite(graded / "other_tests")
+    status = main(["grade", str(graded / "subs"), "--tests", str(graded / "other_tests"), "--out",
+                   str(graded / "out"), "--resume"])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1
+    assert "was made with the tests in" in err and "leave out --resume" in err

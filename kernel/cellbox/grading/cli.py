@@ -48,7 +48,7 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     from ..cli import UsageError
     from ..options import limits_from_args
     from .reports import write_reports
-    from .runner import GradingRun, print_summary
+    from .runner import GradingRun, ResumeError, print_summary
     from .submissions import SubmissionError, discover
     from .task import GradeSettings, Suite, SuiteError
     from .venvs import SetupError
@@ -70,7 +70,7 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     grading = GradingRun(
         submissions=submissions,
         suite=suite,
-        settings=GradeSettings(limits=limits_from_args(args), find_links=args.find_links),
+        settings=GradeSettings(limits=limits_from_args(args), find_links=_find_links(args.find_links)),
         out=out,
         jobs=args.jobs,
         dask=args.dask,
@@ -78,16 +78,23 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     )
     try:
         results = _grade_with_progress(grading)
-    except (OSError, SetupError) as exc:
+    except (OSError, SetupError, ResumeError) as exc:
         from .cluster import ClusterError
 
-        if isinstance(exc, (ClusterError, SetupError)):
+        if isinstance(exc, (ClusterError, SetupError, ResumeError)):
             raise UsageError(str(exc)) from None
         raise
     paths = write_reports(out, results)
     print_summary(results)
     print(f"cellbox grade: reports in {out}/ ({', '.join(p.name for p in paths)}, results.json)", file=sys.stderr)
     return 0
+
+
+def _find_links(value: str | None) -> str | None:
+    """A local --find-links path made absolute (pip runs in each submission's folder); URLs as given."""
+    if value and os.path.exists(value):
+        return os.path.abspath(value)
+    return value
 
 
 def _grade_with_progress(grading: Any) -> list[Any]:

@@ -23,16 +23,23 @@ from .submissions import Submission
 from .task import GradeSettings, Suite, grade_safely
 from .venvs import BaseLibrary
 
-__all__ = ["GradingRun", "load_results", "save_results", "RESULTS_FILE"]
+__all__ = ["GradingRun", "ResumeError", "load_results", "save_results", "RESULTS_FILE"]
 
 RESULTS_FILE = "results.json"
 OnResult = Callable[[SubmissionResult], None]
 
 
-def load_results(out: Path) -> dict[str, SubmissionResult]:
+class ResumeError(ValueError):
+    """An earlier ``results.json`` was made against other tests; one line, for the command line."""
+
+
+def load_results(out: Path, tests: str | None = None) -> dict[str, SubmissionResult]:
     """The rows of an earlier ``results.json`` in ``out``, by id (empty when there is none).
 
     Rows this version cannot read are dropped, so they are graded again.
+
+    Raises:
+        ResumeError: ``tests`` is given and the earlier file names other tests.
     """
     path = out / RESULTS_FILE
     try:
@@ -40,6 +47,11 @@ def load_results(out: Path) -> dict[str, SubmissionResult]:
         rows = data["submissions"]
     except (OSError, ValueError, KeyError, TypeError):
         return {}
+    if tests is not None and isinstance(data, dict) and data.get("tests") not in (None, tests):
+        raise ResumeError(
+            f"{path} was made with the tests in {data.get('tests')}, not {tests}; "
+            "give another --out, or leave out --resume to grade everything again"
+        )
     results = {}
     for row in rows if isinstance(rows, list) else []:
         try:
@@ -105,7 +117,8 @@ class GradingRun:
         """
         self.out.mkdir(parents=True, exist_ok=True)
         wanted = {submission.id for submission in self.submissions}
-        done = {key: row for key, row in load_results(self.out).items() if key in wanted} if self.resume else {}
+        earlier = load_results(self.out, str(self.suite.root)) if self.resume else {}
+        done = {key: row for key, row in earlier.items() if key in wanted}
 
         def record(result: SubmissionResult) -> None:
             done[result.id] = result
