@@ -19,7 +19,7 @@ from cellbox.grading.submissions import (
     module_name,
     notebook_source,
 )
-from cellbox.grading.task import GradeSettings, Suite, grade_safely
+from cellbox.grading.task import GradeSettings, Suite, SuiteError, grade_safely
 from cellbox.grading.venvs import BaseLibrary
 from cellbox.limits import Limits
 from cellbox.verdict import Verdict
@@ -239,3 +239,36 @@ def test_package_is_installed_in_the_sandbox_and_graded(tmp_path: Path, base: Ba
                                                                          memory=2 * 1024**3))
     assert result.verdict is Verdict.VERIFIED, (result.reason, result.install)
     assert result.install is not None and result.install["status"] == "ok"
+
+
+# ---------------------------------------------------------------------- the instructor suite
+
+
+def test_suite_lists_the_tests_written_in_its_files(tmp_path: Path) -> None:
+    write_tree(tmp_path, {
+        "test_a.py": "def test_one():\n    pass\ndef helper():\n    pass\nclass TestB:\n    def test_two(self):\n"
+                     "        pass\n    def other(self):\n        pass\nclass Helper:\n    def test_no(self):\n"
+                     "        pass\n",
+        "sub/b_test.py": "async def test_three():\n    pass\n",
+        "data/notes.py": "def test_not_a_test_file():\n    pass\n",
+    })
+    suite = Suite.find(tmp_path)
+    assert suite.files == ("sub/b_test.py", "test_a.py")
+    assert set(suite.expected) == {"test_a.py::test_one", "test_a.py::TestB::test_two", "sub/b_test.py::test_three"}
+
+
+def test_one_test_file_brings_its_conftest(tmp_path: Path) -> None:
+    write_tree(tmp_path / "tests", {"test_a.py": "def test_one(answer):\n    assert answer == 42\n",
+                                    "conftest.py": "import pytest\n@pytest.fixture\ndef answer():\n    return 42\n",
+                                    "test_other.py": "def test_other():\n    pass\n"})
+    suite = Suite.find(tmp_path / "tests" / "test_a.py")
+    copied = suite.copy_to(tmp_path / "copy")
+    assert sorted(p.name for p in copied.iterdir()) == ["conftest.py", "test_a.py"]
+    assert suite.expected == ("test_a.py::test_one",)
+
+
+def test_a_test_file_that_does_not_parse_is_a_one_line_error(tmp_path: Path) -> None:
+    write_tree(tmp_path, {"test_a.py": "def test_one(:\n"})
+    with pytest.raises(SuiteError, match=r"test_a.py: cannot be read as Python") as info:
+        Suite.find(tmp_path)
+    assert "\n" not in str(info.value)
