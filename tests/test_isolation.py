@@ -621,3 +621,13 @@ def test_working_directory_closed_to_the_unprivileged_user_is_named(all_layers: 
     assert outcome.stderr == (
         f"cellbox: user {UNPRIVILEGED_USER!r} cannot enter the working directory {private} (Permission denied)\n"
     )
+
+
+def test_kill_interrupt_and_send_after_the_run_ended_do_nothing() -> None:
+    # A kernel's interrupt may arrive from another thread just after the cell ended.
+    running = start(["true"], channel=True)
+    outcome = running.wait()
+    running.kill()
+    running.interrupt()
+    running.send({"late": True})
+    assert outcome.status is Status.OK
