@@ -180,3 +180,56 @@ def test_student_notebook_runs_and_checks_say_not_done(name: str) -> None:
             f"{name} {cell.id}: {line}"
         )
         assert not any(out.output_type == "error" for out in cell.outputs)
+
+
+# ------------------------------------------------------------------ grading the lessons
+
+
+def _grading_test_names() -> set[str]:
+    names = set()
+    for path in sorted((LESSONS / "grading").glob("test_lesson*.py")):
+        for line in path.read_text().splitlines():
+            if line.startswith("def test_"):
+                names.add(f"{path.name}::{line[4:].split('(')[0]}")
+    return names
+
+
+@pytest.mark.slow
+def test_grading_a_complete_and_a_blank_course_gives_verified_and_failed(tmp_path: Path) -> None:
+    from cellbox.cli import main
+
+    submissions = tmp_path / "submissions"
+    for student, source in (("complete", LESSONS / "solutions"), ("blank", LESSONS)):
+        (submissions / student).mkdir(parents=True)
+        for notebook in source.glob("[0-9][0-9]-*.ipynb"):
+            (submissions / student / notebook.name).write_bytes(notebook.read_bytes())
+    out = tmp_path / "out"
+    status = main(["grade", str(submissions), "--tests", str(LESSONS / "grading"), "--out", str(out), "--jobs", "2"])
+    assert status in (0, 1)  # grading ran; the verdicts are in the reports
+    results = {row["id"]: row for row in json.loads((out / "results.json").read_text())["submissions"]}
+    expected = _grading_test_names()
+    assert len(expected) >= 2 * len(LESSON_LIST)
+    complete, blank = results["complete"], results["blank"]
+    assert complete["verdict"] == "verified"
+    assert {test["nodeid"] for test in complete["tests"]} == expected
+    assert {test["outcome"] for test in complete["tests"]} == {"passed"}
+    assert blank["verdict"] in ("failed", "unverified")
+    assert {test["nodeid"] for test in blank["tests"]} == expected
+    assert all(test["outcome"] == "failed" and "NotImplementedError" in test["message"] for test in blank["tests"])
+
+
+@pytest.mark.slow
+def test_grading_single_lesson_notebooks_gives_verified_and_failed(tmp_path: Path) -> None:
+    from cellbox.cli import main
+
+    submissions = tmp_path / "submissions"
+    submissions.mkdir()
+    name = "07-kill-the-whole-group.ipynb"
+    (submissions / "alice.ipynb").write_bytes((LESSONS / "solutions" / name).read_bytes())
+    (submissions / "bob.ipynb").write_bytes((LESSONS / name).read_bytes())
+    out = tmp_path / "out"
+    main(["grade", str(submissions), "--tests", str(LESSONS / "grading" / "test_lesson07.py"), "--out", str(out)])
+    rows = (out / "grades.csv").read_text().splitlines()
+    assert rows[0].startswith("id,verdict,passed,failed")
+    verdicts = {row.split(",")[0]: row.split(",")[1] for row in rows[1:]}
+    assert verdicts == {"alice": "verified", "bob": "failed"}

@@ -197,7 +197,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--execute", action="store_true", help="run the lessons headless (nbclient) and report each")
     parser.add_argument("--lesson", type=int, metavar="N", help="only lesson N (1, 2, ...)")
-    parser.add_argument("--solutions", action="store_true", help="use the notebooks with solutions (lessons/solutions/)")
+    parser.add_argument("--solutions", action="store_true", help="use the solutions (lessons/solutions/)")
     parser.add_argument("--dir", help="the lessons folder (default: lessons/ of this source tree, or ./lessons)")
     parser.add_argument("--kernel", default=KERNEL_NAME, help=f"kernel to run them with (default: {KERNEL_NAME})")
     parser.set_defaults(func=_cmd_lessons)
