@@ -109,7 +109,7 @@ NOTEBOOKS = {
     "help_plots_errors": HELP_PLOTS_ERRORS,
 }
 
-_TIME = re.compile(r"\d+(?:\.\d+)?\s*(?:ns|µs|μs|us|ms|s)\b")
+_TIME = re.compile(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?\s*(?:ns|µs|μs|us|ms|s)\b")
 _ADDRESS = re.compile(r"0x[0-9a-f]+")
 
 
