@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 import uuid
@@ -261,3 +262,27 @@ def test_state_that_cannot_be_loaded_is_a_warning_not_a_broken_kernel(tmp_path: 
             "cellbox: the names from earlier cells could not be loaded "
             "(ModuleNotFoundError: No module named 'shapes'); this cell starts without them\n"
         )
+
+
+def _kernel_pid(km: KernelManager) -> int:
+    return int(km.provisioner.process.pid)  # type: ignore[union-attr]
+
+
+def test_terminated_kernel_removes_its_task_directory(tmp_path: Path) -> None:
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (km, kc):
+        task = _task_directory(kc)
+        os.kill(_kernel_pid(km), signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        while task.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not task.exists()
+
+
+def test_next_kernel_removes_the_task_directory_of_a_killed_one(tmp_path: Path) -> None:
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (km, kc):
+        task = _task_directory(kc)
+        os.kill(_kernel_pid(km), signal.SIGKILL)
+        km.provisioner.process.wait()  # type: ignore[union-attr]
+        assert task.exists()
+        with running_kernel("cellbox", cwd=str(tmp_path)):
+            assert not task.exists()

@@ -54,6 +54,8 @@ _DEFAULTS = Limits()
 # Seconds stream text waits for more, so one print is one message, not two
 # (the child writes unbuffered: text and newline arrive separately).
 STREAM_DELAY = 0.05
+# Task directories of kernel sessions are named so (under the system's temp directory).
+TASK_PREFIX = "cellbox-kernel-"
 # History replies name one session: this kernel process's.
 SESSION_NUMBER = 1
 
@@ -206,9 +208,11 @@ class CellboxKernel(Kernel):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.task = TaskDirectory.create(prefix="cellbox-kernel-")
+        _remove_stale_task_directories()
+        self.task = TaskDirectory.create(prefix=TASK_PREFIX)
         self._state_dir = self.task.path / "kernel"
         self._state_dir.mkdir(mode=0o700)
+        (self._state_dir / "pid").write_text(str(os.getpid()))
         self._inputs: list[str] = [""]  # In[0] is empty, as in IPython
         self._good_sources: list[str] = []  # cells that ran successfully, for completion
         self._warned: set[str] = set()
@@ -217,6 +221,17 @@ class CellboxKernel(Kernel):
         self._input_cancel = threading.Event()
         self._last_outcome: dict[str, Any] | None = None
         atexit.register(self.task.remove)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        """Terminated (jupyter_client does this when a shutdown takes too long): clean up, then die of it."""
+        run = self._running
+        if run is not None:
+            run.kill()
+        self.task.remove()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
 
     # ------------------------------------------------------------------ info
 
@@ -625,6 +640,31 @@ class _Cell:
             self.kernel.ask_frontend, prompt, password, self.ident, self.parent, self.input_cancel
         )
         self.run.send(reply)
+
+
+def _remove_stale_task_directories() -> None:
+    """Remove task directories of kernels that died without cleaning up (SIGKILL).
+
+    Each kernel writes its pid into its task directory; a directory whose
+    kernel is no longer running (or whose pid now belongs to another program)
+    is removed.
+    """
+    import glob
+    import tempfile
+
+    for pid_file in glob.glob(os.path.join(tempfile.gettempdir(), TASK_PREFIX + "*", "kernel", "pid")):
+        try:
+            pid = int(Path(pid_file).read_text())
+            if os.stat(pid_file).st_uid != os.geteuid():
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                alive = b"cellbox.kernel" in f.read()
+        except FileNotFoundError:
+            alive = False
+        except (OSError, ValueError):
+            continue
+        if not alive:
+            TaskDirectory(*(Path(pid_file).parent.parent / part for part in ("", "home", "work", "tmp"))).remove()
 
 
 def _pick(message: dict[str, Any], *keys: str) -> dict[str, Any]:
