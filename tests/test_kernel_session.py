@@ -286,3 +286,9 @@ def test_next_kernel_removes_the_task_directory_of_a_killed_one(tmp_path: Path) 
         assert task.exists()
         with running_kernel("cellbox", cwd=str(tmp_path)):
             assert not task.exists()
+
+
+def test_a_cell_that_deletes_the_task_directory_does_not_break_the_next(tmp_path: Path) -> None:
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (_km, kc):
+        execute(kc, "import os, shutil\nshutil.rmtree(os.path.dirname(os.environ['HOME']))")
+        assert execute(kc, "print('next cell')").stream() == "next cell\n"

@@ -33,6 +33,7 @@ import os
 import platform
 import signal
 import sys
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -291,8 +292,8 @@ class CellboxKernel(Kernel):
         if store_history:
             self._inputs.append(body)
         cell = _Cell(self, limits, silent, allow_stdin)
-        spec_path = self._write_spec(body, limits, silent, store_history, user_expressions or {}, allow_stdin)
         try:
+            spec_path = self._write_spec(body, limits, silent, store_history, user_expressions or {}, allow_stdin)
             run = start(
                 [sys.executable, "-m", "cellbox.cellrunner", str(spec_path)],
                 limits=limits,
@@ -303,7 +304,7 @@ class CellboxKernel(Kernel):
                 on_stderr=cell.thread_safe(cell.stream, "stderr"),
                 on_message=cell.thread_safe(cell.message),
             )
-        except SandboxError as exc:
+        except (SandboxError, OSError) as exc:
             return self._publish_error("SandboxError", str(exc), [f"SandboxError: {exc}"])
         cell.run = run
         self._running = run
@@ -313,6 +314,7 @@ class CellboxKernel(Kernel):
         finally:
             self._running = None
             cell.input_cancel.set()
+            spec_path.unlink(missing_ok=True)
         await asyncio.sleep(0)  # let the last forwarded messages go out first
         cell.flush()
         return self._finish(cell, outcome, code)
@@ -339,9 +341,14 @@ class CellboxKernel(Kernel):
             "history": self._inputs[:-1] if store_history else self._inputs,
             "limits": limits.as_dict(),
         }
-        path = self._state_dir / "cell.json"
-        path.write_text(json.dumps(spec), encoding="utf-8")
-        return path
+        # A cell may have removed parts of the task directory: make them again.
+        for directory in (self.task.home, self.task.work, self.task.tmp, self._state_dir):
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # A new file (O_EXCL), never a path a cell could have made a symlink.
+        fd, name = tempfile.mkstemp(prefix="cell-", suffix=".json", dir=self._state_dir)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(spec, f)
+        return Path(name)
 
     def _finish(self, cell: _Cell, outcome: Outcome, code: str) -> dict[str, Any]:
         """Publish the cell's error (if any), keep or drop its state, and build the reply."""
@@ -650,7 +657,6 @@ def _remove_stale_task_directories() -> None:
     is removed.
     """
     import glob
-    import tempfile
 
     for pid_file in glob.glob(os.path.join(tempfile.gettempdir(), TASK_PREFIX + "*", "kernel", "pid")):
         try:
