@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from conftest import REQUIRE_ALL_VARIABLE, require_all
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -33,7 +34,7 @@ LESSON = REPO / "lessons" / "01-separate-process.ipynb"
 # Words of kernel internals a student must never have to read in an error.
 STDOUT = '[data-mime-type="application/vnd.jupyter.stdout"]'
 RESULT = ".jp-OutputArea-executeResult .jp-OutputArea-output"
-INTERNALS = ("Traceback", "cellbox/", "site-packages", "cellrunner", "ipykernel", "File \"")
+INTERNALS = ("Traceback", "cellbox/", "site-packages", "cellrunner", "ipykernel", 'File "')
 
 
 def require_module(name: str, install: str) -> Any:
@@ -69,8 +70,9 @@ def lab(chromium: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any
 @pytest.fixture(scope="module")
 def chrome(chromium: str) -> Iterator[Any]:
     """Headless Chromium (Debian's), started once for the module."""
-    from browser.notebook import EXPECT_TIMEOUT, launch_chromium
     from playwright.sync_api import expect, sync_playwright
+
+    from browser.notebook import EXPECT_TIMEOUT, launch_chromium
 
     expect.set_options(timeout=EXPECT_TIMEOUT)
     with sync_playwright() as playwright:
@@ -119,8 +121,9 @@ def text_of(locator: Any) -> str:
 
 
 def test_launcher_shows_cellbox_kernel_with_its_logo(page: Any, lab: Any) -> None:
-    from browser.notebook import OPEN_TIMEOUT, natural_width
     from playwright.sync_api import expect
+
+    from browser.notebook import OPEN_TIMEOUT, natural_width
 
     page.goto(lab.page_url("lab/workspaces/launcher"))
     card = page.locator('.jp-LauncherCard[data-category="Notebook"][title="Python 3 (cellbox)"]')
@@ -160,8 +163,9 @@ def test_printed_lines_appear_while_the_cell_runs(notebook: Callable[..., Any], 
 
 
 def test_plot_appears_as_an_image(notebook: Callable[..., Any]) -> None:
-    from browser.notebook import natural_width
     from playwright.sync_api import expect
+
+    from browser.notebook import natural_width
 
     nb = notebook(
         [
@@ -243,8 +247,9 @@ def test_variables_carry_from_one_cell_to_the_next(notebook: Callable[..., Any])
 
 
 def test_lesson_notebook_runs_and_its_check_gives_friendly_feedback(page: Any, lab: Any) -> None:
-    from browser.notebook import Notebook
     from playwright.sync_api import expect
+
+    from browser.notebook import Notebook
 
     shutil.copy(LESSON, lab.root / LESSON.name)
     nb = Notebook(page, lab, LESSON.name, SCREENSHOTS).open()
