@@ -87,3 +87,17 @@ def test_jupyterlab_command_serves_the_lessons_folder_and_opens_a_lesson() -> No
     assert command[:3] == [sys.executable, "-m", "jupyterlab"]
     assert f"--ServerApp.root_dir={LESSONS}" in command
     assert command[-1] == str(notebook)
+
+
+def test_readme_first_command_installs_the_lessons_extra_and_opens_the_lessons() -> None:
+    import re
+    import shlex
+
+    first = re.findall(r"^```sh\n(.*?)\n```", (ROOT / "README.md").read_text(), re.MULTILINE)[0]
+    parts = first.split(" && ")
+    assert "'.[lessons]'" in parts[1] and parts[1].startswith(".venv/bin/pip install -e ")
+    assert shlex.split(parts[-1]) == [".venv/bin/cellbox", "lessons"]
+    from cellbox.cli import build_parser
+
+    args = build_parser().parse_args(shlex.split(parts[-1])[1:])
+    assert args.command == "lessons" and not args.execute
