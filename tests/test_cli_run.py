@@ -20,6 +20,7 @@ import pytest
 
 from cellbox.cli import main
 from cellbox.outcome import STATUS_EXIT_CODES, Status
+from sandboxkit import marker, survivors
 
 ROOT = Path(__file__).resolve().parents[1]
 CELLBOX = Path(sys.executable).with_name("cellbox")
@@ -297,12 +298,9 @@ def test_script_env_option_reaches_child_and_parent_secret_does_not(tmp_path: Pa
     assert result.stdout == "hi None\n"
 
 
-def test_script_ctrl_c_kills_the_run_and_exits_130(tmp_path: Path) -> None:
-    pid_file = tmp_path / "child.pid"
-    code = (
-        f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
-        "print('ready', flush=True); time.sleep(60)"
-    )
+def test_script_ctrl_c_kills_the_run_and_exits_130() -> None:
+    mark = marker()
+    code = f"import time; print('ready', flush=True); time.sleep(60)  # {mark}"
     proc = subprocess.Popen(
         [str(CELLBOX), "run", "--", sys.executable, "-c", code],
         stdin=subprocess.DEVNULL,
@@ -313,7 +311,7 @@ def test_script_ctrl_c_kills_the_run_and_exits_130(tmp_path: Path) -> None:
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "ready\n"
-        child = int(pid_file.read_text())
+        assert survivors(mark), "the sleeping child should be running before Ctrl-C"
         proc.send_signal(signal.SIGINT)
         _out, err = proc.communicate(timeout=10)
     finally:
@@ -321,19 +319,4 @@ def test_script_ctrl_c_kills_the_run_and_exits_130(tmp_path: Path) -> None:
         proc.wait()
     assert proc.returncode == 130
     assert err.splitlines()[-1] == "cellbox run: interrupted"
-    assert wait_until_gone(child, timeout=5.0), f"the child {child} outlived cellbox"
-
-
-def wait_until_gone(pid: int, timeout: float) -> bool:
-    """``True`` once no live process (zombies count as gone) has ``pid``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                state = stat.read().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            return True
-        if state in ("Z", "X"):
-            return True
-        time.sleep(0.05)
-    return False
+    assert survivors(mark) == []
