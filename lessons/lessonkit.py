@@ -37,6 +37,8 @@ def check(name, test):
         print(f"{TODO} {name}: not done yet: replace the NotImplementedError in {name}")
     except Feedback as problem:
         print(f"{FAIL} {name}: {problem}")
+    except NameError as error:
+        print(f"{FAIL} {name} raised NameError: {error}; if it comes from an earlier cell, run the cells above first")
     except Exception as error:  # the student's code failed in a way the check did not foresee
         print(f"{FAIL} {name} raised {type(error).__name__}: {error}")
     else:
