@@ -30,10 +30,12 @@ from cellbox import sandbox
 from cellbox.cli import main
 from cellbox.environment import TaskDirectory
 from cellbox.isolation import (
+    BWRAP_LAYERS,
     LAYERS,
     UNPRIVILEGED_USER,
     Isolation,
     IsolationError,
+    landlock_abi,
     make_plan,
     probe,
     runtime_directories,
@@ -412,11 +414,12 @@ def test_without_isolation_no_layer_is_listed() -> None:
 
 def test_missing_bwrap_is_reported_in_auto_and_refused_in_strict(tmp_path: Path) -> None:
     support = probe(bwrap=str(tmp_path / "no-bwrap-here"))
-    assert all(not support.available(layer) for layer in LAYERS)
+    assert all(not support.available(layer) for layer in BWRAP_LAYERS)
     plan = make_plan(AUTO, support, user=None)
-    assert plan.layers == []
+    landlock = ["landlock"] if support.available("landlock") else []  # needs no bwrap
+    assert plan.layers == landlock
     assert plan.notes[0].startswith("net: isolation layer not active: bwrap cannot start here")
-    assert [note.split(":")[0] for note in plan.notes] == list(LAYERS)
+    assert [note.split(":")[0] for note in plan.notes] == [layer for layer in LAYERS if layer not in landlock]
 
 
 def test_strict_run_without_a_layer_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -437,7 +440,10 @@ def test_strict_run_with_every_layer_runs(all_layers: None) -> None:
     [
         ({"mode": "paranoid"}, "isolation setting: unknown isolation mode 'paranoid'; use one of none, auto, strict"),
         ({"network": "maybe"}, "isolation setting: expected on or off for the network, got 'maybe'"),
-        ({"layers": "net,disk"}, "isolation setting: unknown isolation layer 'disk'; use some of net, pid, fs, user"),
+        (
+            {"layers": "net,disk"},
+            "isolation setting: unknown isolation layer 'disk'; use some of net, pid, fs, user, landlock",
+        ),
         ({"read_only": "data"}, "isolation setting: read_only path 'data' is not absolute; give a full path"),
     ],
 )
@@ -485,7 +491,8 @@ def test_cellbox_run_file_outside_the_working_directory_is_in_the_view(
 def test_cellbox_run_bad_layer_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--layers", "net,moon", "--", "true"]) == 2
     err = capsys.readouterr().err
-    assert err == "cellbox run: error: --layers: unknown isolation layer 'moon'; use some of net, pid, fs, user\n"
+    layers = ", ".join(LAYERS)
+    assert err == f"cellbox run: error: --layers: unknown isolation layer 'moon'; use some of {layers}\n"
 
 
 def test_doctor_reports_every_layer(capsys: pytest.CaptureFixture[str]) -> None:
@@ -506,7 +513,7 @@ def test_doctor_says_why_without_bwrap(
     assert main(["doctor"]) == 1
     out = capsys.readouterr().out
     assert "bubblewrap: not installed (apt-get install bubblewrap)" in out
-    assert "net   no: bubblewrap is not installed (apt-get install bubblewrap)" in out
+    assert "net      no: bubblewrap is not installed (apt-get install bubblewrap)" in out
 
 
 def test_runtime_directory_follows_jupyter_variables(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -631,3 +638,51 @@ def test_kill_interrupt_and_send_after_the_run_ended_do_nothing() -> None:
     running.interrupt()
     running.send({"late": True})
     assert outcome.status is Status.OK
+
+
+# --------------------------------------------------------------------------- Landlock alone (no bubblewrap)
+
+LANDLOCK_ONLY = Isolation.auto(layers=("landlock",))
+
+
+def require_landlock_abi(version: int, feature: str) -> None:
+    require_layers("landlock")
+    if landlock_abi() < version:
+        missing(f"Landlock ABI {landlock_abi()} has no {feature} (needs ABI {version})", "a Linux kernel 6.7 or later")
+
+
+def test_landlock_alone_keeps_the_home_out_of_reach(home_secret: Path) -> None:
+    require_layers("landlock")
+    outcome = run([sys.executable, "-c", READ, str(home_secret)], isolation=LANDLOCK_ONLY)
+    assert outcome.status is Status.OK, outcome.stderr
+    assert outcome.stdout == "unreadable PermissionError\n"  # even for root: Landlock ignores capabilities
+    assert "landlock" in outcome.isolation and not {"net", "pid", "fs"} & set(outcome.isolation)
+
+
+def test_landlock_alone_refuses_tcp_when_the_network_is_off(host_server: int) -> None:
+    require_landlock_abi(4, "TCP rules")
+    outcome = run([sys.executable, "-c", CONNECT, str(host_server)], isolation=LANDLOCK_ONLY)
+    assert outcome.stdout == "refused PermissionError\n"
+    allowed = run(
+        [sys.executable, "-c", CONNECT, str(host_server)], isolation=Isolation.auto(layers=("landlock",), network=True)
+    )
+    assert allowed.stdout == "connected hello\n"
+
+
+def test_landlock_alone_keeps_signals_inside_the_run() -> None:
+    require_landlock_abi(6, "signal scoping")
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    code = f"""
+import os, signal
+try:
+    os.kill({helper.pid}, signal.SIGKILL)  # root may signal any process; the Landlock domain may not
+except OSError as exc:
+    print(type(exc).__name__)
+"""
+    try:
+        outcome = run([sys.executable, "-c", code], isolation=LANDLOCK_ONLY)
+        assert outcome.stdout == "PermissionError\n"
+        assert helper.poll() is None
+    finally:
+        helper.kill()
+        helper.wait()

@@ -184,6 +184,72 @@ def check_reachable(spec):
     return None
 
 
+# Landlock (landlock(7), linux/landlock.h): the same syscall numbers on every architecture.
+SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
+LANDLOCK_CREATE_RULESET_VERSION = 1
+LANDLOCK_RULE_PATH_BENEATH, LANDLOCK_RULE_NET_PORT = 1, 2
+PR_SET_NO_NEW_PRIVS = 38
+# Filesystem rights each ABI version knows: 1 has bits 0-12, 2 adds REFER,
+# 3 TRUNCATE, 5 IOCTL_DEV.  READ covers reading and running files.
+LANDLOCK_FS_BITS = {1: 13, 2: 14, 3: 15, 4: 15, 5: 16}
+LANDLOCK_READ = 1 << 0 | 1 << 2 | 1 << 3  # EXECUTE, READ_FILE, READ_DIR
+LANDLOCK_FILE_ONLY = 1 << 0 | 1 << 1 | 1 << 2 | 1 << 14 | 1 << 15  # rights a rule on a file may hold
+LANDLOCK_NET_TCP = 1 << 0 | 1 << 1  # BIND_TCP, CONNECT_TCP (ABI 4)
+LANDLOCK_SCOPES = 1 << 0 | 1 << 1  # ABSTRACT_UNIX_SOCKET, SIGNAL (ABI 6)
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def apply_landlock(rules):
+    """Restrict this process and everything it starts to ``rules`` (landlock(7)).
+
+    ``rules`` has ``read`` and ``write`` path lists, ``deny_tcp`` and
+    ``scope``.  Raises OSError when the kernel refuses.
+    """
+    lib = libc()
+    abi = lib.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), LANDLOCK_CREATE_RULESET_VERSION)
+    if abi < 1:
+        raise OSError(ctypes.get_errno(), "Landlock is not available")
+    handled = (1 << LANDLOCK_FS_BITS.get(abi, 16)) - 1
+    fields = [handled]
+    if abi >= 4:
+        fields.append(LANDLOCK_NET_TCP if rules.get("deny_tcp") else 0)
+    if abi >= 6:
+        fields.append(LANDLOCK_SCOPES if rules.get("scope") else 0)
+    attr = (ctypes.c_uint64 * len(fields))(*fields)
+    ruleset = lib.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), 0)
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
+    try:
+        for rights, paths in ((LANDLOCK_READ, rules["read"]), (handled, rules["write"])):
+            for path in paths:
+                add_landlock_rule(ruleset, path, rights & handled)
+        if libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "no_new_privs could not be set")
+        if lib.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
+    finally:
+        os.close(ruleset)
+
+
+def add_landlock_rule(ruleset, path, rights):
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return  # not on this machine (or not in the view): nothing to allow
+    try:
+        if not os.path.isdir(path):
+            rights &= LANDLOCK_FILE_ONLY
+        rule = _PathBeneath(rights, fd)
+        if libc().syscall(SYS_LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(rule), 0) != 0:
+            raise OSError(ctypes.get_errno(), f"landlock_add_rule failed for {path}")
+    finally:
+        os.close(fd)
+
+
 def start_command(spec, status_fd):
     """In the forked child: limits, priority, user, then exec.  Never returns."""
     try:
@@ -206,6 +272,13 @@ def start_command(spec, status_fd):
         if problem:
             emit(status_fd, {"event": "exec_error", "text": problem})
             os._exit(126)
+        if spec.get("landlock"):
+            try:
+                apply_landlock(spec["landlock"])
+            except OSError as exc:
+                if spec["landlock"].get("required"):
+                    raise
+                note(status_fd, f"landlock: not applied ({exc.strerror or exc})")
         argv = spec["argv"]
         os.execvp(argv[0], argv)
     except OSError as exc:

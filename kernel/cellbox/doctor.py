@@ -22,7 +22,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "doctor",
         help="show which isolation layers this machine supports, and why a layer is missing",
-        description="Try each isolation layer (net, pid, fs, user) with bubblewrap and print what works here. "
+        description="Try each isolation layer (net, pid, fs and user through bubblewrap; landlock) and print "
+        "what works here. "
         "Exit status 0 when every layer works, 1 when some are missing.",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
@@ -53,6 +54,6 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
             print(f"running as: uid {os.geteuid()} (with the user layer, children get a user namespace)")
         for layer in LAYERS:
             state = "yes" if support.available(layer) else f"no: {support.missing.get(layer)}"
-            print(f"{layer:5} {state}")
+            print(f"{layer:8} {state}")
         print("rlimits, environment allowlist, process-tree kill: yes (always)")
     return 0 if all(support.available(layer) for layer in LAYERS) else 1

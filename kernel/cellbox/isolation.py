@@ -4,32 +4,38 @@ Rlimits and an allowlisted environment contain accidents; they do not stop a
 child from reading any file its user can read, opening a network connection,
 or signalling the kernel.  This module closes that gap where the machine
 allows it.  The launcher runs inside ``bwrap`` (bubblewrap, Debian package
-``bubblewrap``, see bwrap(1)), so the supervisor and the command share these
-layers:
+``bubblewrap``, see bwrap(1)), so the supervisor and the command share the
+first four layers; the kernel's Landlock LSM gives a fifth:
 
-========  ====================================================================
-layer     what it does
-========  ====================================================================
-``net``   a new network namespace (``--unshare-net``): only a private
-          loopback; the host's 127.0.0.1 services are out of reach
-``pid``   a new PID namespace with its own ``/proc`` (``--unshare-pid``,
-          ``--proc``): the child sees only its own processes, and when the
-          namespace's init ends the kernel kills every process left in it
-          (pid_namespaces(7)), so ``setsid`` cannot escape
-``fs``    a mount namespace whose ``/`` holds read-only binds of the system
-          (``/usr``, ``/etc``, ``/lib``...) and of the Python in use (prefixes,
-          site directories, the cellbox package), the working directory and
-          the task directory read-write at their own paths, a fresh ``/tmp``,
-          ``/dev`` and ``/dev/shm``; home directories (``~/.ssh``, the Jupyter
-          runtime directory with kernel connection files) and ``/root`` are
-          not there
-``user``  no powers over the host: an unprivileged user namespace
-          (``--unshare-user``, user_namespaces(7)); when cellbox runs as root,
-          the command runs as an unprivileged user (``nobody`` unless one is
-          given) and the supervisor keeps only CAP_KILL, CAP_SETUID and
-          CAP_SETGID (capabilities(7)); ``no_new_privs`` is always set by bwrap
-``ipc``   a new System V IPC namespace (``--unshare-ipc``), used with the others
-========  ====================================================================
+============  ==================================================================
+layer         what it does
+============  ==================================================================
+``net``       a new network namespace (``--unshare-net``): only a private
+              loopback; the host's 127.0.0.1 services are out of reach
+``pid``       a new PID namespace with its own ``/proc`` (``--unshare-pid``,
+              ``--proc``): the child sees only its own processes, and when the
+              namespace's init ends the kernel kills every process left in it
+              (pid_namespaces(7)), so ``setsid`` cannot escape
+``fs``        a mount namespace whose ``/`` holds read-only binds of the system
+              (``/usr``, ``/etc``, ``/lib``...) and of the Python in use (prefixes,
+              site directories, the cellbox package), the working directory and
+              the task directory read-write at their own paths, a fresh ``/tmp``,
+              ``/dev`` and ``/dev/shm``; home directories (``~/.ssh``, the Jupyter
+              runtime directory with kernel connection files) and ``/root`` are
+              not there
+``user``      no powers over the host: an unprivileged user namespace
+              (``--unshare-user``, user_namespaces(7)); when cellbox runs as root,
+              the command runs as an unprivileged user (``nobody`` unless one is
+              given) and the supervisor keeps only CAP_KILL, CAP_SETUID and
+              CAP_SETGID (capabilities(7)); ``no_new_privs`` is always set by bwrap
+``landlock``  applied by the launcher just before exec, without bubblewrap
+              (landlock(7)): the command may read and run only the system, this
+              Python and its own program, and write only its working and task
+              directories and ``/dev/shm``, whatever its user's powers; TCP is
+              refused when the network is off and no ``net`` layer is active;
+              signals and abstract unix sockets are scoped to the run (ABI 6)
+``ipc``       a new System V IPC namespace (``--unshare-ipc``), with any bwrap layer
+============  ==================================================================
 
 A layer the machine cannot give is reported (design rule 8): the run's
 ``Outcome.notes`` says which and why, and ``cellbox doctor`` prints the same
@@ -45,6 +51,7 @@ Standard library only; nothing here imports Jupyter.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import dataclasses
 import functools
 import os
@@ -72,10 +79,14 @@ __all__ = [
 ]
 
 # Layers a run may ask for, in the order they are reported.
-LAYERS = ("net", "pid", "fs", "user")
+LAYERS = ("net", "pid", "fs", "user", "landlock")
+# The layers bubblewrap gives; Landlock is applied by the launcher itself.
+BWRAP_LAYERS = ("net", "pid", "fs", "user")
 # none: no layer (rlimits and the environment allowlist only); auto: every layer
 # this machine supports, the others reported; strict: every layer, or no run.
 MODES = ("none", "auto", "strict")
+# landlock_create_ruleset(2): the same number on every architecture.
+LANDLOCK_CREATE_RULESET = 444
 # Where Debian's bubblewrap package puts bwrap, tried when it is not on PATH.
 BWRAP_FALLBACK = "/usr/bin/bwrap"
 # The user children run as when cellbox itself runs as root and no user is given.
@@ -269,7 +280,7 @@ class Support:
 
     def available(self, layer: str) -> bool:
         """``True`` when ``layer`` (one of :data:`LAYERS`) can be used here."""
-        return self.bwrap is not None and layer not in self.missing
+        return layer not in self.missing and (self.bwrap is not None or layer not in BWRAP_LAYERS)
 
 
 def probe(bwrap: str | None = None) -> Support:
@@ -289,15 +300,16 @@ def probe(bwrap: str | None = None) -> Support:
 @functools.lru_cache(maxsize=8)
 def _probe(bwrap: str | None, euid: int) -> Support:
     as_root = euid == 0
+    landlock = _landlock_missing()
+    missing: dict[str, str] = {"landlock": landlock} if landlock else {}
     if bwrap is None:
         why = "bubblewrap is not installed (apt-get install bubblewrap)"
-        return Support(None, as_root, {layer: why for layer in LAYERS})
+        return Support(None, as_root, {**{layer: why for layer in BWRAP_LAYERS}, **missing})
     base = [] if as_root else ["--unshare-user"]
     problem = _try(bwrap, [*base, "--ro-bind", "/", "/"])
     if problem is not None:
         reason = (None if as_root else _userns_reason()) or f"bwrap cannot start here ({problem})"
-        return Support(bwrap, as_root, {layer: reason for layer in LAYERS})
-    missing: dict[str, str] = {}
+        return Support(bwrap, as_root, {**{layer: reason for layer in BWRAP_LAYERS}, **missing})
     trials = {
         "net": ["--unshare-net"],
         "pid": ["--unshare-pid", "--as-pid-1", "--proc", "/proc"],
@@ -315,6 +327,22 @@ def _probe(bwrap: str | None, euid: int) -> Support:
     sized = _try(bwrap, [*base, "--ro-bind", "/", "/", "--size", "1048576", "--tmpfs", "/tmp"]) is None
     no_userns = not as_root and _try(bwrap, [*base, "--disable-userns", "--ro-bind", "/", "/"]) is None
     return Support(bwrap, as_root, missing, tmpfs_size=sized, disable_userns=no_userns)
+
+
+def landlock_abi() -> int:
+    """The Landlock ABI version of this kernel (landlock_create_ruleset(2) with the VERSION flag), or 0."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        version = int(libc.syscall(LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), 1))
+    except (OSError, AttributeError):
+        return 0
+    return max(version, 0)
+
+
+def _landlock_missing() -> str | None:
+    if landlock_abi() >= 1:
+        return None
+    return "the kernel has no Landlock (Linux 5.13 or later, with landlock in the lsm= boot parameter)"
 
 
 def _try(bwrap: str, args: list[str]) -> str | None:
@@ -391,9 +419,10 @@ def make_plan(isolation: Isolation, support: Support, *, user: str | int | None)
     run_as = user
     if "user" in layers and support.as_root and user is None:
         run_as = UNPRIVILEGED_USER
-    if layers and not support.as_root and "user" not in layers:
+    bwrapped = [layer for layer in layers if layer in BWRAP_LAYERS]
+    if bwrapped and not support.as_root and "user" not in layers:
         layers = [layer for layer in LAYERS if layer in layers or layer == "user"]  # bwrap needs it
-    if layers:
+    if bwrapped:
         layers.append("ipc")
     notes = [f"{layer}: isolation layer not active: {why}" for layer, why in missing.items()]
     if support.as_root and "user" in layers and "fs" not in layers:
@@ -455,6 +484,34 @@ def bwrap_prefix(
         args += ["--bind", "/", "/", "--dev-bind", "/dev", "/dev"]
     args += ["--proc", "/proc"] if "pid" in plan.layers else ["--ro-bind", "/proc", "/proc"]
     return [*args, "--"]
+
+
+def landlock_rules(
+    isolation: Isolation, plan: Plan, *, programs: Sequence[str], cwd: str, task: str, path: str
+) -> dict[str, object]:
+    """What the launcher's Landlock ruleset allows (applied in ``_launch.apply_landlock``).
+
+    Reading and running: the system, this Python, the command, ``/proc``,
+    ``/dev`` and the extra read-only paths.  Writing too: the working
+    directory, the task directory, the extra writable paths, ``/dev/shm``, the
+    harmless devices, and the view's own ``/tmp``.  Every other path (homes
+    included) cannot even be read, whatever the user's powers.  TCP is denied
+    when the network is off but no ``net`` layer gives a private one, and
+    signals and abstract unix sockets are scoped to the run (Landlock ABI 6).
+    """
+    read = [*SYSTEM_PATHS, *SYSTEM_INFO_PATHS, "/proc", "/dev", *python_paths(), *program_paths(programs, path)]
+    if isolation.network:
+        read.append(os.path.dirname(os.path.realpath("/etc/resolv.conf")))
+    write = [cwd, task, *isolation.writable, "/dev/shm", "/dev/null", "/dev/zero", "/dev/full"]
+    if "fs" in plan.layers:
+        write.append("/tmp")  # the run's own tmpfs in the view
+    return {
+        "read": list(dict.fromkeys([*read, *isolation.read_only])),
+        "write": list(dict.fromkeys(write)),
+        "deny_tcp": not isolation.network and "net" not in plan.layers,
+        "scope": True,
+        "required": isolation.mode == "strict",
+    }
 
 
 def _view(

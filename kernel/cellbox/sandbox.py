@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from .environment import TaskDirectory, build_environment
-from .isolation import Isolation, Plan, bwrap_prefix, count_user_tasks, make_plan, probe
+from .isolation import BWRAP_LAYERS, Isolation, Plan, bwrap_prefix, count_user_tasks, landlock_rules, make_plan, probe
 from .limits import Limits
 from .outcome import Outcome, Status
 
@@ -278,20 +278,25 @@ class Run:
     def _isolate(
         self, plan: Plan, spec: dict[str, Any], argv: Sequence[str], env: dict[str, str], user: str | int | None
     ) -> list[str]:
-        """The bwrap command in front of the launcher, and the run's report of the layers."""
-        if not plan.layers:
-            return []
-        prefix = bwrap_prefix(
-            plan,
-            probe(),
-            self.isolation,
-            programs=[sys.executable, str(argv[0])],
-            cwd=spec["cwd"],
-            task=str(self.task.path),
-            cgroup=spec.get("cgroup"),
-            tmpfs_bytes=self.limits.file_size,
-            path=env["PATH"],
-        )
+        """The bwrap command in front of the launcher, the Landlock rules, and the run's report of the layers."""
+        programs = [sys.executable, str(argv[0])]
+        prefix: list[str] = []
+        if set(plan.layers) & set(BWRAP_LAYERS):
+            prefix = bwrap_prefix(
+                plan,
+                probe(),
+                self.isolation,
+                programs=programs,
+                cwd=spec["cwd"],
+                task=str(self.task.path),
+                cgroup=spec.get("cgroup"),
+                tmpfs_bytes=self.limits.file_size,
+                path=env["PATH"],
+            )
+        if "landlock" in plan.layers:
+            spec["landlock"] = landlock_rules(
+                self.isolation, plan, programs=programs, cwd=spec["cwd"], task=str(self.task.path), path=env["PATH"]
+            )
         self._isolation += plan.layers
         uid = spec.get("uid")
         if uid is not None and uid != os.geteuid():
@@ -505,6 +510,8 @@ class Run:
             self._notes.append(str(message.get("text")))
             if str(message.get("text")).startswith("subreaper"):
                 self._isolation.remove("subreaper")
+            if str(message.get("text")).startswith("landlock:") and "landlock" in self._isolation:
+                self._isolation.remove("landlock")
         elif event == "exec_error":
             exec_error = str(message.get("text"))
         elif event == "exit":
