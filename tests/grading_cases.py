@@ -8,6 +8,7 @@ submissions) and checks ``fib(0)``, ``fib(1)``, ``fib(10)``.
 from __future__ import annotations
 
 import textwrap
+import uuid
 from pathlib import Path
 
 INSTRUCTOR_TESTS = {
@@ -41,8 +42,9 @@ GOOD_FIB = textwrap.dedent("""
 """)
 
 # A marker that every process a hostile submission leaves behind carries in its
-# command line, so a test can look for survivors.
-DAEMON_MARKER = "cellbox-grading-daemon-marker"
+# command line, so a test can look for survivors (unique to this test process,
+# so a test suite running beside it cannot be mistaken for a survivor).
+DAEMON_MARKER = f"cellbox-grading-daemon-{uuid.uuid4().hex}"
 
 CASES: dict[str, tuple[dict[str, str], str]] = {
     "honest": ({"fib.py": GOOD_FIB}, "verified"),

@@ -134,7 +134,12 @@ def test_bad_input_is_one_line_and_exit_2(
 
 
 @pytest.mark.slow
-def test_many_submissions_each_get_exactly_one_row_and_leave_nothing(tmp_path: Path) -> None:
+def test_many_submissions_each_get_exactly_one_row_and_leave_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Task directories and the base library are made in the temp folder: here, one of this test's own.
+    (tmp_path / "temp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "temp"))
     write_suite(tmp_path / "tests")
     expected = write_cases(tmp_path / "subs")
     for copy in range(3):
@@ -145,7 +150,7 @@ def test_many_submissions_each_get_exactly_one_row_and_leave_nothing(tmp_path: P
     results = rows(tmp_path)
     assert {key: row["verdict"] for key, row in results.items()} == expected
     assert survivors(DAEMON_MARKER) == []
-    assert not list(Path(tempfile.gettempdir()).glob("cellbox-grade-*"))
+    assert list((tmp_path / "temp").iterdir()) == []
 
 
 def test_tests_and_reports_inside_the_submissions_folder_are_not_graded(tmp_path: Path) -> None:

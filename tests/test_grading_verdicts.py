@@ -8,9 +8,6 @@ grader's channel, overwritten instructor files and planted report files.
 
 from __future__ import annotations
 
-import glob
-import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,8 +24,8 @@ from sandboxkit import survivors
 LIMITS = Limits(wall_time=6, cpu_time=10, memory=1024**3)
 
 
-def task_dirs() -> set[str]:
-    return set(glob.glob(os.path.join(tempfile.gettempdir(), "cellbox-grade-*")))
+def task_dirs(root: Path) -> list[Path]:
+    return sorted(root.iterdir())
 
 
 @pytest.fixture(scope="module")
@@ -41,23 +38,28 @@ def base() -> Iterator[BaseLibrary]:
 def cases(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Suite]:
     root = tmp_path_factory.mktemp("grading")
     write_cases(root / "submissions")
+    (root / "tasks").mkdir()
     return root / "submissions", Suite.find(write_suite(root / "tests"))
+
+
+def tasks(cases: tuple[Path, Suite]) -> Path:
+    """Where this module's task directories are made; empty between gradings."""
+    return cases[0].parent / "tasks"
 
 
 def grade(name: str, cases: tuple[Path, Suite], base: BaseLibrary):  # type: ignore[no-untyped-def]
     folder, suite = cases
     submission = Submission(id=name, path=str(folder / name), kind="folder")
-    return grade_safely(submission, suite, GradeSettings(limits=LIMITS), base)
+    return grade_safely(submission, suite, GradeSettings(limits=LIMITS, task_root=str(tasks(cases))), base)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_each_submission_gets_its_exact_verdict_and_leaves_nothing(
     name: str, cases: tuple[Path, Suite], base: BaseLibrary
 ) -> None:
-    before = task_dirs()
     result = grade(name, cases, base)
     assert result.verdict is Verdict(CASES[name][1]), result.reason
-    assert task_dirs() == before
+    assert task_dirs(tasks(cases)) == []
     assert survivors(DAEMON_MARKER) == []
 
 
@@ -126,8 +128,7 @@ def test_overwritten_instructor_files_are_never_verified(cases: tuple[Path, Suit
 def test_grader_failure_becomes_that_submissions_unverified_row(cases: tuple[Path, Suite]) -> None:
     broken = BaseLibrary.build()
     broken.remove()  # the grader's own files are gone: copying them fails
-    before = task_dirs()
     result = grade("honest", cases, broken)
     assert result.verdict is Verdict.UNVERIFIED
     assert result.reason.startswith("grader error: FileNotFoundError")
-    assert task_dirs() == before
+    assert task_dirs(tasks(cases)) == []

@@ -216,17 +216,19 @@ class GradeSettings:
     Attributes:
         limits: the sandbox limits of the install and of the test run (each).
         find_links: a folder or URL of wheels pip may install from (``--find-links``).
+        task_root: the folder task directories are made in (default: the system temp folder).
     """
 
     limits: Limits = Limits()
     find_links: str | None = None
+    task_root: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"limits": self.limits.as_dict(), "find_links": self.find_links}
+        return {"limits": self.limits.as_dict(), "find_links": self.find_links, "task_root": self.task_root}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> GradeSettings:
-        return cls(limits=Limits(**data["limits"]), find_links=data.get("find_links"))
+        return cls(limits=Limits(**data["limits"]), find_links=data.get("find_links"), task_root=data.get("task_root"))
 
 
 def _venv_env(venv: Path) -> dict[str, str]:
@@ -291,22 +293,25 @@ def _result(submission: Submission, verdict: Verdict, reason: str, **fields: Any
     )
 
 
-def _grade_in(task: TaskDirectory, submission: Submission, suite: Suite, settings: GradeSettings,
-              base: BaseLibrary) -> SubmissionResult:
-    layout = lay_out(submission, task.work / "submission")
-    python = create_venv(task.path / "venv")
-    install = None
-    if layout.package or layout.requirements:
-        install = _install(layout, python, task, settings)
-        if install.status is not Status.OK:
-            verdict = Verdict.TIMED_OUT if install.status is Status.TIMED_OUT else Verdict.UNVERIFIED
-            reason = f"install ended with status {install.status.value}: {_last_line(install)}"
-            return _result(submission, verdict, reason, install=install.to_json())
+def _grader_files(task: TaskDirectory, suite: Suite, base: BaseLibrary) -> tuple[Path, Path]:
+    """Copy in ``grader/lib``, ``grader/tests`` and ``grader/pytest.ini``; return ``(grader, lib)``."""
     grader = task.path / "grader"
     lib = base.copy_to(grader / "lib")
     suite.copy_to(grader / "tests")
     (grader / "pytest.ini").write_text(PYTEST_INI)
-    before = file_digests(grader / "tests") | {"../pytest.ini": _digest(grader / "pytest.ini")}
+    return grader, lib
+
+
+def _instructor_digests(grader: Path) -> dict[str, str]:
+    return file_digests(grader / "tests") | {"../pytest.ini": _digest(grader / "pytest.ini")}
+
+
+def _run_tests(
+    task: TaskDirectory, layout: Layout, python: Path, suite: Suite, settings: GradeSettings, base: BaseLibrary
+) -> tuple[EvidenceRecorder, Outcome]:
+    """Run the instructor tests in the sandbox; return what the reporter said and how the run ended."""
+    grader, lib = _grader_files(task, suite, base)
+    before = _instructor_digests(grader)
     nonce = secrets.token_hex(16)
     recorder = EvidenceRecorder(nonce, suite.expected)
     outcome = run(
@@ -319,7 +324,23 @@ def _grade_in(task: TaskDirectory, submission: Submission, suite: Suite, setting
         channel=True,
         on_message=recorder.feed,
     )
-    recorder.check_files(before, file_digests(grader / "tests") | {"../pytest.ini": _digest(grader / "pytest.ini")})
+    recorder.check_files(before, _instructor_digests(grader))
+    return recorder, outcome
+
+
+def _grade_in(
+    task: TaskDirectory, submission: Submission, suite: Suite, settings: GradeSettings, base: BaseLibrary
+) -> SubmissionResult:
+    layout = lay_out(submission, task.work / "submission")
+    python = create_venv(task.path / "venv")
+    install = None
+    if layout.package or layout.requirements:
+        install = _install(layout, python, task, settings)
+        if install.status is not Status.OK:
+            verdict = Verdict.TIMED_OUT if install.status is Status.TIMED_OUT else Verdict.UNVERIFIED
+            reason = f"install ended with status {install.status.value}: {_last_line(install)}"
+            return _result(submission, verdict, reason, install=install.to_json())
+    recorder, outcome = _run_tests(task, layout, python, suite, settings, base)
     judgement = judge(outcome.exit_code, recorder.evidence(), outcome)
     return _result(
         submission,
@@ -344,7 +365,7 @@ def grade_submission(
         OSError, SandboxError: the grader itself failed (see :func:`grade_safely`).
     """
     started = time.monotonic()
-    task = TaskDirectory.create(prefix="cellbox-grade-")
+    task = TaskDirectory.create(settings.task_root, prefix="cellbox-grade-")
     try:
         result = _grade_in(task, submission, suite, settings, base)
     except SubmissionError as exc:
