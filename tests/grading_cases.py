@@ -68,6 +68,12 @@ subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "{DAEMON
         "verified",
     ),
     "early_exit": ({"fib.py": GOOD_FIB + "\nimport os\nos._exit(0)\n"}, "unverified"),
+    "kills_pytest": (
+        {"fib.py": "import os, signal\n\ndef fib(n):\n    os.kill(os.getpid(), signal.SIGKILL)\n"},
+        "unverified",
+    ),
+    "skips_tests": ({"fib.py": "import pytest\n\ndef fib(n):\n    pytest.skip('not today')\n"}, "failed"),
+    "exits_in_test": ({"fib.py": "import sys\n\ndef fib(n):\n    sys.exit(0)\n"}, "failed"),
     "own_config": (
         {
             "fib.py": "def fib(n):\n    return n\n",

@@ -108,6 +108,18 @@ def test_early_exit_at_import_is_unverified_not_verified(cases: tuple[Path, Suit
     assert result.reason == "pytest never finished collecting the tests"
 
 
+def test_killing_pytest_is_unverified_with_the_signal(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
+    result = grade("kills_pytest", cases, base)
+    assert result.reason == "the test run ended with status crashed (SIGKILL)"
+    assert result.running == "test_fib.py::test_base_cases"
+
+
+def test_a_skip_from_the_submission_is_not_a_pass(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
+    result = grade("skips_tests", cases, base)
+    assert result.reason == "0 of 5 tests passed (5 skipped)"
+    assert result.score == 0.0
+
+
 def test_own_conftest_and_ini_change_nothing(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
     result = grade("own_config", cases, base)
     assert result.verdict is Verdict.FAILED
