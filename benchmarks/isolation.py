@@ -9,7 +9,8 @@ round by round so a busy moment on the machine hits all of them alike:
 * optionally (``--numpy``) both again for a child that imports numpy, the
   typical first line of a notebook cell, which reads many files through the view.
 
-Prints the medians and the median added time per run.  Run it with::
+Prints the medians and the median added time per run (the median of the
+per-round differences).  Run it with::
 
     .venv/bin/python benchmarks/isolation.py [--rounds 40] [--numpy]
 """
@@ -85,11 +86,14 @@ def main() -> None:
     print(f"root={os.geteuid() == 0}, bwrap {support.bwrap}, layers {','.join(active)}")
     print(f"{args.rounds} rounds, interleaved")
     for label in children:
-        bare = statistics.median(times[f"{label}, none"])
-        isolated = statistics.median(times[f"{label}, auto"])
+        none, auto = times[f"{label}, none"], times[f"{label}, auto"]
+        bare, isolated = statistics.median(none), statistics.median(auto)
+        # The two runs of one round are next to each other in time: the median of
+        # their differences is steadier on a busy machine than a difference of medians.
+        added = statistics.median(b - a for a, b in zip(none, auto, strict=True))
         print(
             f"python -c '{label}': none {bare * 1000:6.1f} ms   auto {isolated * 1000:6.1f} ms   "
-            f"added {(isolated - bare) * 1000:+6.1f} ms per run ({isolated / bare:4.2f}x)"
+            f"added {added * 1000:+6.1f} ms per run (median of paired differences; ratio {isolated / bare:4.2f}x)"
         )
 
 
