@@ -731,7 +731,7 @@ def add_isolation_options(parser: argparse.ArgumentParser, default: Isolation | 
         "--isolation",
         choices=MODES,
         default=None,
-        help="none: rlimits only; auto: every namespace layer this machine supports; strict: all of them or "
+        help="none: rlimits only; auto: every isolation layer this machine supports; strict: all of them or "
         f"no run (default: {default.mode}; auto when another isolation option is given)",
     )
     group.add_argument(
