@@ -20,15 +20,17 @@ SHIPPED = REPO / "share" / "jupyter" / "kernels" / "cellbox"
 
 
 def test_pip_install_puts_the_cellbox_spec_into_the_environment() -> None:
-    spec = KernelSpecManager().get_kernel_spec("cellbox")
-    assert Path(spec.resource_dir) == Path(sys.prefix) / "share" / "jupyter" / "kernels" / "cellbox"
+    installed = Path(sys.prefix) / "share" / "jupyter" / "kernels" / "cellbox"
+    spec = KernelSpecManager(kernel_dirs=[str(installed.parent)]).get_kernel_spec("cellbox")
     assert spec.display_name == "Python 3 (cellbox)"
     assert spec.language == "python"
     # A leading "python" is replaced by jupyter_client with its own interpreter,
     # so the spec keeps working when the environment moves.
     assert spec.argv == ["python", "-m", "cellbox.kernel", "-f", "{connection_file}"]
     for name in ("kernel.json", "logo-32x32.png", "logo-64x64.png", "logo-svg.svg"):
-        assert (Path(spec.resource_dir) / name).read_bytes() == (SHIPPED / name).read_bytes()
+        assert (installed / name).read_bytes() == (SHIPPED / name).read_bytes()
+    # Jupyter looks in the environment's share/jupyter by default.
+    assert "cellbox" in KernelSpecManager().find_kernel_specs()
 
 
 def test_jupyter_kernelspec_list_shows_cellbox() -> None:
