@@ -232,6 +232,27 @@ def test_input_box_takes_the_answer_to_the_cell(notebook: Callable[..., Any]) ->
     nb.screenshot("08-input-answered", 0)
 
 
+@pytest.mark.xfail(
+    reason="kernel defect, reported: the interrupted input() shows cellrunner.py's Channel.receive frame",
+    strict=False,
+)
+def test_interrupting_input_says_so_without_kernel_internals(notebook: Callable[..., Any]) -> None:
+    from playwright.sync_api import expect
+
+    nb = notebook(['answer = input("Type something: ")', 'print("next cell ran")'])
+    nb.start(0)
+    expect(nb.output(0).locator("input.jp-Stdin-input")).to_be_visible()
+    nb.interrupt()
+    nb.wait_until_done(0, timeout=20_000)
+    expect(nb.output(0)).to_contain_text("KeyboardInterrupt")
+    nb.screenshot("09-input-interrupted", 0)
+    message = text_of(nb.output(0).locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"))
+    for word in ("cellbox/", "cellrunner", "Channel", "readline"):
+        assert word not in message, f"the interrupted input() shows kernel internals ({word!r}):\n{message}"
+    assert "Interrupted by user" in message
+    expect(nb.run(1)).to_have_text("next cell ran")
+
+
 def test_variables_carry_from_one_cell_to_the_next(notebook: Callable[..., Any]) -> None:
     from playwright.sync_api import expect
 
@@ -243,7 +264,7 @@ def test_variables_carry_from_one_cell_to_the_next(notebook: Callable[..., Any])
     )
     nb.run(0)
     expect(nb.run(1).locator(RESULT)).to_have_text("(18, {'ada': 9, 'bob': 8})")
-    nb.screenshot("09-variables-carried", 1)
+    nb.screenshot("10-variables-carried", 1)
 
 
 def test_lesson_notebook_runs_and_its_check_gives_friendly_feedback(page: Any, lab: Any) -> None:
@@ -254,13 +275,13 @@ def test_lesson_notebook_runs_and_its_check_gives_friendly_feedback(page: Any, l
     shutil.copy(LESSON, lab.root / LESSON.name)
     nb = Notebook(page, lab, LESSON.name, SCREENSHOTS).open()
     expect(nb.panel.locator(".jp-Toolbar-kernelName")).to_contain_text("Python 3 (cellbox)")
-    nb.screenshot("10-lesson-opened")
+    nb.screenshot("11-lesson-opened")
     nb.run(0)  # the hidden set-up cell: the check helpers
     expect(nb.run(6)).to_contain_text("returncode: 0")
-    nb.screenshot("11-lesson-demo", 6)
+    nb.screenshot("12-lesson-demo", 6)
     nb.run(12)  # the exercise's scaffold, not done yet
     expect(nb.run(13)).to_contain_text("run_isolated: not done yet")
-    nb.screenshot("12-lesson-check", 13)
+    nb.screenshot("13-lesson-check", 13)
 
 
 def _shot(name: str) -> Path:
