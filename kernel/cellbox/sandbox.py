@@ -221,7 +221,7 @@ class Run:
             self._isolation.append(f"user:{name}")
         self.as_root = (spec.get("uid", os.geteuid())) == 0
         self._setup_processes_limit(spec)
-        prefix = self._isolate(plan, spec, argv, child_env, user) if plan is not None else []
+        prefix = self._isolate(plan, spec, argv, child_env) if plan is not None else []
 
         control_r, self._control_w = os.pipe()
         self._status_r, status_w = os.pipe()
@@ -275,9 +275,7 @@ class Run:
         self._notes += plan.notes
         return plan
 
-    def _isolate(
-        self, plan: Plan, spec: dict[str, Any], argv: Sequence[str], env: dict[str, str], user: str | int | None
-    ) -> list[str]:
+    def _isolate(self, plan: Plan, spec: dict[str, Any], argv: Sequence[str], env: dict[str, str]) -> list[str]:
         """The bwrap command in front of the launcher, the Landlock rules, and the run's report of the layers."""
         programs = [sys.executable, str(argv[0])]
         prefix: list[str] = []
@@ -711,7 +709,7 @@ def start(
         channel: give the child a message channel: fd 3 to write JSON lines to
             the parent, fd 4 to read the parent's replies (``CELLBOX_CHANNEL=3,4``).
         user: run the command as this user (name or uid); needs root.
-        isolation: the namespaces the run gets (:class:`~cellbox.isolation.Isolation`,
+        isolation: the isolation layers the run asks for (:class:`~cellbox.isolation.Isolation`,
             or a mode: ``"none"``, ``"auto"``, ``"strict"``); default
             :data:`DEFAULT_ISOLATION`.  Active layers are listed in
             ``Outcome.isolation``; a wanted layer this machine lacks is named in
