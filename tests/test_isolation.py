@@ -686,3 +686,12 @@ except OSError as exc:
     finally:
         helper.kill()
         helper.wait()
+
+
+def test_landlock_alone_keeps_disks_and_other_devices_out_of_reach() -> None:
+    require_layers("landlock")
+    disks = sorted(str(p) for p in Path("/dev").iterdir() if p.is_block_device())[:3]
+    code = READ.replace("f.read().strip()", "len(f.read(1))")  # one byte is enough to know
+    outcome = run([sys.executable, "-c", code, *disks, "/dev/null"], isolation=LANDLOCK_ONLY)
+    assert outcome.status is Status.OK, outcome.stderr
+    assert outcome.stdout.splitlines() == ["unreadable PermissionError"] * len(disks) + ["read 0"]

@@ -491,15 +491,17 @@ def landlock_rules(
 ) -> dict[str, object]:
     """What the launcher's Landlock ruleset allows (applied in ``_launch.apply_landlock``).
 
-    Reading and running: the system, this Python, the command, ``/proc``,
-    ``/dev`` and the extra read-only paths.  Writing too: the working
+    Reading and running: the system, this Python, the command, ``/proc``, a
+    few named devices and the extra read-only paths.  Writing too: the working
     directory, the task directory, the extra writable paths, ``/dev/shm``, the
     harmless devices, and the view's own ``/tmp``.  Every other path (homes
     included) cannot even be read, whatever the user's powers.  TCP is denied
     when the network is off but no ``net`` layer gives a private one, and
     signals and abstract unix sockets are scoped to the run (Landlock ABI 6).
     """
-    read = [*SYSTEM_PATHS, *SYSTEM_INFO_PATHS, "/proc", "/dev", *python_paths(), *program_paths(programs, path)]
+    # Named devices only: beneath /dev lie the disks, which root could read whole.
+    devices = ["/dev/random", "/dev/urandom", "/dev/tty"]
+    read = [*SYSTEM_PATHS, *SYSTEM_INFO_PATHS, "/proc", *devices, *python_paths(), *program_paths(programs, path)]
     if isolation.network:
         read.append(os.path.dirname(os.path.realpath("/etc/resolv.conf")))
     write = [cwd, task, *isolation.writable, "/dev/shm", "/dev/null", "/dev/zero", "/dev/full"]
