@@ -35,6 +35,7 @@ from cellbox.isolation import (
     UNPRIVILEGED_USER,
     Isolation,
     IsolationError,
+    describe,
     landlock_abi,
     make_plan,
     probe,
@@ -695,3 +696,15 @@ def test_landlock_alone_keeps_disks_and_other_devices_out_of_reach() -> None:
     outcome = run([sys.executable, "-c", code, *disks, "/dev/null"], isolation=LANDLOCK_ONLY)
     assert outcome.status is Status.OK, outcome.stderr
     assert outcome.stdout.splitlines() == ["unreadable PermissionError"] * len(disks) + ["read 0"]
+
+
+def test_describe_gives_one_line_for_banners_and_reports(tmp_path: Path) -> None:
+    assert describe(Isolation()) == "isolation none: rlimits and environment allowlist only"
+    without_bwrap = probe(bwrap=str(tmp_path / "no-bwrap-here"))
+    line = describe(Isolation.auto(network=True), without_bwrap)
+    assert line.startswith("isolation auto: ")
+    assert "(network allowed)" in line
+    assert "pid: not available: bwrap cannot start here" in line
+    assert "net:" not in line  # the network was allowed, so no net layer was wanted
+    if probe().missing == {}:
+        assert describe(AUTO) == "isolation auto: net, pid, fs, user, landlock"

@@ -73,6 +73,7 @@ __all__ = [
     "UNPRIVILEGED_USER",
     "probe",
     "make_plan",
+    "describe",
     "bwrap_prefix",
     "add_isolation_options",
     "isolation_from_args",
@@ -430,6 +431,25 @@ def make_plan(isolation: Isolation, support: Support, *, user: str | int | None)
             f"user: without the fs layer, {run_as} must reach the interpreter and the working directory by itself"
         )
     return Plan(layers=layers, missing=missing, user=run_as, notes=notes)
+
+
+def describe(isolation: Isolation, support: Support | None = None) -> str:
+    """One line for a banner or a report: the mode, the layers runs will get, and what is missing.
+
+    ``"isolation auto: net, pid, fs, user, landlock"``, or
+    ``"isolation auto: pid, fs, user, landlock (net: not available: ...)"``,
+    or ``"isolation none: rlimits and environment allowlist only"``.
+    """
+    if not isolation.wanted:
+        return f"isolation {isolation.mode}: rlimits and environment allowlist only"
+    plan = make_plan(isolation, support or probe(), user=None)
+    active = [layer for layer in plan.layers if layer in LAYERS]
+    line = f"isolation {isolation.mode}: {', '.join(active) or 'no layer'}"
+    if isolation.network:
+        line += " (network allowed)"
+    if plan.missing:
+        line += " (" + "; ".join(f"{layer}: not available: {why}" for layer, why in plan.missing.items()) + ")"
+    return line
 
 
 def bwrap_prefix(
