@@ -8,6 +8,7 @@ test of the core runs again with isolation on.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pwd
@@ -460,6 +461,8 @@ def test_options_from_text_build_the_same_setting() -> None:
     assert parsed.wanted == ("pid", "fs")
     assert Isolation.from_options("auto", network="off").wanted == LAYERS
     assert Isolation().wanted == ()
+    # A setting survives a trip through JSON (the grader sends it to its workers that way).
+    assert Isolation.from_options(**json.loads(json.dumps(dataclasses.asdict(parsed)))) == parsed
 
 
 def test_cellbox_run_json_lists_layers(all_layers: None, capsys: pytest.CaptureFixture[str]) -> None:
