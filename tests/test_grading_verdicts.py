@@ -16,6 +16,7 @@ import pytest
 from cellbox.grading.submissions import Submission
 from cellbox.grading.task import GradeSettings, Suite, grade_safely
 from cellbox.grading.venvs import BaseLibrary
+from cellbox.isolation import Isolation, make_plan, probe
 from cellbox.limits import Limits
 from cellbox.verdict import Verdict
 from grading_cases import CASES, DAEMON_MARKER, INSTRUCTOR_TOTAL, write_cases, write_suite
@@ -47,17 +48,21 @@ def tasks(cases: tuple[Path, Suite]) -> Path:
     return cases[0].parent / "tasks"
 
 
-def grade(name: str, cases: tuple[Path, Suite], base: BaseLibrary):  # type: ignore[no-untyped-def]
+def grade(name: str, cases: tuple[Path, Suite], base: BaseLibrary, mode: str = "auto"):  # type: ignore[no-untyped-def]
     folder, suite = cases
     submission = Submission(id=name, path=str(folder / name), kind="folder")
-    return grade_safely(submission, suite, GradeSettings(limits=LIMITS, task_root=str(tasks(cases))), base)
+    settings = GradeSettings(limits=LIMITS, task_root=str(tasks(cases)), isolation=Isolation(mode=mode))
+    return grade_safely(submission, suite, settings, base)
 
 
+# With every namespace layer this machine has (the default), and with rlimits only:
+# the verdict does not depend on the isolation layers.
+@pytest.mark.parametrize("mode", ["auto", "none"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_each_submission_gets_its_exact_verdict_and_leaves_nothing(
-    name: str, cases: tuple[Path, Suite], base: BaseLibrary
+    name: str, mode: str, cases: tuple[Path, Suite], base: BaseLibrary
 ) -> None:
-    result = grade(name, cases, base)
+    result = grade(name, cases, base, mode)
     assert result.verdict is Verdict(CASES[name][1]), result.reason
     assert task_dirs(tasks(cases)) == []
     assert survivors(DAEMON_MARKER) == []
@@ -132,9 +137,18 @@ def test_forged_channel_message_is_caught(cases: tuple[Path, Suite], base: BaseL
 
 
 def test_overwritten_instructor_files_are_never_verified(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
-    result = grade("forged_files", cases, base)
+    # Without namespaces the overwrite succeeds and the record shows it.
+    result = grade("forged_files", cases, base, "none")
     assert result.verdict is Verdict.UNVERIFIED
     assert result.reason.startswith("the test record is inconsistent: test_more.py::test_fake")
+
+
+def test_instructor_files_are_read_only_to_an_isolated_run(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
+    if not {"fs", "landlock"} & set(make_plan(Isolation(mode="auto"), probe(), user=None).layers):
+        pytest.skip("neither the fs layer (bubblewrap) nor Landlock is available here; see `cellbox doctor`")
+    result = grade("forged_files", cases, base, "auto")
+    assert result.verdict is Verdict.UNVERIFIED
+    assert "Read-only file system" in result.reason or "Permission denied" in result.reason
 
 
 def test_grader_failure_becomes_that_submissions_unverified_row(cases: tuple[Path, Suite]) -> None:

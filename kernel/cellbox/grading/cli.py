@@ -19,7 +19,9 @@ __all__ = ["add_parser"]
 
 def add_parser(subparsers: Any) -> None:
     """Add the ``grade`` subcommand to ``cellbox``'s parser."""
+    from ..isolation import add_isolation_options
     from ..options import add_limit_options
+    from .task import GRADE_ISOLATION
 
     parser = subparsers.add_parser(
         "grade",
@@ -41,20 +43,26 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--find-links", metavar="PATH_OR_URL",
                         help="wheels pip may install from when a submission has a package or requirements.txt")
     add_limit_options(parser)
+    add_isolation_options(parser, default=GRADE_ISOLATION)
     parser.set_defaults(func=_cmd_grade)
 
 
 def _cmd_grade(args: argparse.Namespace) -> int:
     from ..cli import UsageError
+    from ..isolation import IsolationError, isolation_from_args
     from ..options import limits_from_args
     from .reports import write_reports
     from .runner import GradingRun, ResumeError, print_summary
     from .submissions import SubmissionError, discover
-    from .task import GradeSettings, Suite, SuiteError
+    from .task import GRADE_ISOLATION, GradeSettings, Suite, SuiteError
     from .venvs import SetupError
 
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: give 1 or more")
+    try:
+        isolation = isolation_from_args(args, GRADE_ISOLATION)
+    except IsolationError as exc:
+        raise UsageError(str(exc)) from None
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {args.out}: exists and is not a folder")
@@ -70,7 +78,9 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     grading = GradingRun(
         submissions=submissions,
         suite=suite,
-        settings=GradeSettings(limits=limits_from_args(args), find_links=_find_links(args.find_links)),
+        settings=GradeSettings(
+            limits=limits_from_args(args), find_links=_find_links(args.find_links), isolation=isolation
+        ),
         out=out,
         jobs=args.jobs,
         dask=args.dask,

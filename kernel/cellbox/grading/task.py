@@ -33,14 +33,16 @@ import hashlib
 import os
 import secrets
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from ..environment import TaskDirectory
+from ..isolation import Isolation, make_plan, probe
 from ..limits import Limits
 from ..outcome import Outcome, Status
-from ..sandbox import run
+from ..sandbox import resolve_user, run
 from ..verdict import Verdict, judge
 from .evidence import EvidenceRecorder
 from .results import SubmissionResult
@@ -56,6 +58,7 @@ __all__ = [
     "expected_tests",
     "file_digests",
     "PYTEST_INI",
+    "GRADE_ISOLATION",
 ]
 
 # The whole pytest configuration of a test run.  Written by the grader; the
@@ -68,6 +71,10 @@ python_classes = Test*
 python_functions = test*
 addopts =
 """
+
+# Submissions are hostile: every isolation layer this machine has, by default
+# (the ones it lacks are named in each run's notes; see `cellbox doctor`).
+GRADE_ISOLATION = Isolation(mode="auto")
 
 # Run by the task's interpreter with -I (no PYTHONPATH, no user site, no script
 # directory on sys.path): the grader's library first, then the submission.
@@ -217,18 +224,47 @@ class GradeSettings:
         limits: the sandbox limits of the install and of the test run (each).
         find_links: a folder or URL of wheels pip may install from (``--find-links``).
         task_root: the folder task directories are made in (default: the system temp folder).
+        isolation: the namespace layers of both runs (:class:`~cellbox.isolation.Isolation`);
+            the install also gets the network (pip needs the index), the test run
+            sees the grader's files read-only.
     """
 
     limits: Limits = Limits()
     find_links: str | None = None
     task_root: str | None = None
+    isolation: Isolation = GRADE_ISOLATION
 
     def to_json(self) -> dict[str, Any]:
-        return {"limits": self.limits.as_dict(), "find_links": self.find_links, "task_root": self.task_root}
+        return {
+            "limits": self.limits.as_dict(),
+            "find_links": self.find_links,
+            "task_root": self.task_root,
+            "isolation": dataclasses.asdict(self.isolation),
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> GradeSettings:
-        return cls(limits=Limits(**data["limits"]), find_links=data.get("find_links"), task_root=data.get("task_root"))
+        return cls(
+            limits=Limits(**data["limits"]),
+            find_links=data.get("find_links"),
+            task_root=data.get("task_root"),
+            isolation=Isolation.from_options(**data["isolation"]),
+        )
+
+    def child_owner(self) -> tuple[int, int] | None:
+        """``(uid, gid)`` the children will run as when that is not this process's user, else ``None``.
+
+        With the ``user`` isolation layer, a grader running as root runs its
+        children as ``nobody`` (:mod:`cellbox.isolation`): the submission's
+        folder and its venv are given to that user so pip and the tests can write there.
+        """
+        if not self.isolation.wanted:
+            return None
+        plan = make_plan(self.isolation, probe(), user=None)
+        if plan.user is None:
+            return None
+        uid, gid, _groups, _name = resolve_user(plan.user)
+        return None if uid == os.geteuid() else (uid, gid)
 
 
 def _venv_env(venv: Path) -> dict[str, str]:
@@ -246,11 +282,14 @@ def _last_line(outcome: Outcome) -> str:
     return (errors or lines or ["no output"])[-1][:300]
 
 
-def _install(layout: Layout, python: Path, task: TaskDirectory, settings: GradeSettings) -> Outcome:
+def _install(layout: Layout, python: Path, space: _Workspace, settings: GradeSettings) -> Outcome:
     command = pip_install_command(
         python, package=layout.package, requirements=layout.requirements, find_links=settings.find_links
     )
-    return run(command, limits=settings.limits, cwd=layout.root, env=_venv_env(python.parent.parent), task=task)
+    # pip needs the package index; what it builds and installs stays in the task directory.
+    isolation = dataclasses.replace(settings.isolation, network=True)
+    return run(command, limits=settings.limits, cwd=layout.root, env=_venv_env(python.parent.parent),
+               task=space.task, isolation=isolation)
 
 
 def _pytest_argv(python: Path, lib: Path, layout: Layout, grader: Path) -> list[str]:
@@ -293,13 +332,60 @@ def _result(submission: Submission, verdict: Verdict, reason: str, **fields: Any
     )
 
 
-def _grader_files(task: TaskDirectory, suite: Suite, base: BaseLibrary) -> tuple[Path, Path]:
-    """Copy in ``grader/lib``, ``grader/tests`` and ``grader/pytest.ini``; return ``(grader, lib)``."""
-    grader = task.path / "grader"
-    lib = base.copy_to(grader / "lib")
-    suite.copy_to(grader / "tests")
-    (grader / "pytest.ini").write_text(PYTEST_INI)
-    return grader, lib
+@dataclasses.dataclass
+class _Workspace:
+    """One submission's directories: the task directory (the child's) and the grader's, beside it.
+
+    The grader's directory (pytest, the reporter, the tests, the ini) is not
+    inside the task directory, which the child may write everywhere; under
+    isolation it is shown to the test run read-only (bubblewrap bind, Landlock).
+    """
+
+    task: TaskDirectory
+    grader: Path
+    owner: tuple[int, int] | None
+
+    @classmethod
+    def create(cls, settings: GradeSettings) -> _Workspace:
+        owner = settings.child_owner()
+        task = TaskDirectory.create(settings.task_root, prefix="cellbox-grade-")
+        try:
+            grader = Path(tempfile.mkdtemp(prefix=f"{task.path.name}-grader-", dir=settings.task_root))
+        except BaseException:
+            task.remove()
+            raise
+        return cls(task=task, grader=grader, owner=owner)
+
+    def give(self, path: Path) -> None:
+        """Hand ``path`` and everything below it to the children's user (when that is another user)."""
+        if self.owner is None:
+            return
+        for folder, dirs, files in os.walk(path):
+            for name in [*dirs, *files]:
+                os.chown(os.path.join(folder, name), *self.owner, follow_symlinks=False)
+        os.chown(path, *self.owner)
+
+    def open_grader(self) -> None:
+        """Let every user read the grader's directory (a+rX); nobody but the grader may write it."""
+        for folder, dirs, files in os.walk(self.grader):
+            for name in dirs:
+                os.chmod(os.path.join(folder, name), 0o755)
+            for name in files:
+                os.chmod(os.path.join(folder, name), 0o644)
+        os.chmod(self.grader, 0o755)
+
+    def remove(self) -> None:
+        self.task.remove()
+        shutil.rmtree(self.grader, ignore_errors=True)
+
+
+def _grader_files(space: _Workspace, suite: Suite, base: BaseLibrary) -> Path:
+    """Copy in ``lib`` (pytest and the reporter), ``tests`` and ``pytest.ini``; return ``lib``."""
+    lib = base.copy_to(space.grader / "lib")
+    suite.copy_to(space.grader / "tests")
+    (space.grader / "pytest.ini").write_text(PYTEST_INI)
+    space.open_grader()
+    return lib
 
 
 def _instructor_digests(grader: Path) -> dict[str, str]:
@@ -307,40 +393,44 @@ def _instructor_digests(grader: Path) -> dict[str, str]:
 
 
 def _run_tests(
-    task: TaskDirectory, layout: Layout, python: Path, suite: Suite, settings: GradeSettings, base: BaseLibrary
+    space: _Workspace, layout: Layout, python: Path, suite: Suite, settings: GradeSettings, base: BaseLibrary
 ) -> tuple[EvidenceRecorder, Outcome]:
     """Run the instructor tests in the sandbox; return what the reporter said and how the run ended."""
-    grader, lib = _grader_files(task, suite, base)
-    before = _instructor_digests(grader)
+    lib = _grader_files(space, suite, base)
+    before = _instructor_digests(space.grader)
     nonce = secrets.token_hex(16)
     recorder = EvidenceRecorder(nonce, suite.expected)
+    isolation = dataclasses.replace(settings.isolation, read_only=(*settings.isolation.read_only, str(space.grader)))
     outcome = run(
-        _pytest_argv(python, lib, layout, grader),
+        _pytest_argv(python, lib, layout, space.grader),
         limits=settings.limits,
         cwd=layout.root,
         env=_venv_env(python.parent.parent),
-        task=task,
+        task=space.task,
         stdin=nonce + "\n",
         channel=True,
         on_message=recorder.feed,
+        isolation=isolation,
     )
-    recorder.check_files(before, _instructor_digests(grader))
+    recorder.check_files(before, _instructor_digests(space.grader))
     return recorder, outcome
 
 
 def _grade_in(
-    task: TaskDirectory, submission: Submission, suite: Suite, settings: GradeSettings, base: BaseLibrary
+    space: _Workspace, submission: Submission, suite: Suite, settings: GradeSettings, base: BaseLibrary
 ) -> SubmissionResult:
-    layout = lay_out(submission, task.work / "submission")
-    python = create_venv(task.path / "venv")
+    layout = lay_out(submission, space.task.work / "submission")
+    python = create_venv(space.task.path / "venv")
+    space.give(layout.root)
+    space.give(space.task.path / "venv")
     install = None
     if layout.package or layout.requirements:
-        install = _install(layout, python, task, settings)
+        install = _install(layout, python, space, settings)
         if install.status is not Status.OK:
             verdict = Verdict.TIMED_OUT if install.status is Status.TIMED_OUT else Verdict.UNVERIFIED
             reason = f"install ended with status {install.status.value}: {_last_line(install)}"
             return _result(submission, verdict, reason, install=install.to_json())
-    recorder, outcome = _run_tests(task, layout, python, suite, settings, base)
+    recorder, outcome = _run_tests(space, layout, python, suite, settings, base)
     judgement = judge(outcome.exit_code, recorder.evidence(), outcome)
     return _result(
         submission,
@@ -365,13 +455,13 @@ def grade_submission(
         OSError, SandboxError: the grader itself failed (see :func:`grade_safely`).
     """
     started = time.monotonic()
-    task = TaskDirectory.create(settings.task_root, prefix="cellbox-grade-")
+    space = _Workspace.create(settings)
     try:
-        result = _grade_in(task, submission, suite, settings, base)
+        result = _grade_in(space, submission, suite, settings, base)
     except SubmissionError as exc:
         result = _result(submission, Verdict.UNVERIFIED, str(exc))
     finally:
-        task.remove()
+        space.remove()
     result.duration = time.monotonic() - started
     return result
 
