@@ -39,6 +39,9 @@ def graded(tmp_path: Path) -> Path:
 
 
 def test_results_json_has_one_row_per_submission_with_figures(graded: Path) -> None:
+    header = json.loads((graded / "out" / "results.json").read_text())
+    assert header["isolation"].startswith("isolation auto: ")  # the default for hostile submissions
+    assert header["limits"]["wall_time"] == 6.0
     results = rows(graded)
     assert {key: row["verdict"] for key, row in results.items()} == {name: CASES[name][1] for name in QUICK}
     honest = results["honest"]

@@ -94,7 +94,7 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         if isinstance(exc, (ClusterError, SetupError, ResumeError)):
             raise UsageError(str(exc)) from None
         raise
-    paths = write_reports(out, results)
+    paths = write_reports(out, results, grading.header())
     print_summary(results)
     print(f"cellbox grade: reports in {out}/ ({', '.join(p.name for p in paths)}, results.json)", file=sys.stderr)
     return 0

@@ -18,6 +18,7 @@ import html
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 from ..verdict import COLOURS, Verdict
 from .results import SubmissionResult
@@ -29,10 +30,13 @@ CSV_FIELDS = ("id", "verdict", "passed", "failed", "errors", "total", "score")
 _XML_INVALID = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
-def write_reports(out: Path, results: list[SubmissionResult]) -> list[Path]:
-    """Write ``grades.csv``, ``junit.xml`` and ``report.html`` into ``out``; return their paths."""
+def write_reports(out: Path, results: list[SubmissionResult], header: dict[str, Any] | None = None) -> list[Path]:
+    """Write ``grades.csv``, ``junit.xml`` and ``report.html`` into ``out``; return their paths.
+
+    ``header`` (the run's ``results.json`` header: tests, limits, isolation) is summed up in the HTML page.
+    """
     return [write_csv(out / "grades.csv", results), write_junit(out / "junit.xml", results),
-            write_html(out / "report.html", results)]
+            write_html(out / "report.html", results, header)]
 
 
 def write_csv(path: Path, results: list[SubmissionResult]) -> Path:
@@ -178,13 +182,22 @@ def _table(results: list[SubmissionResult]) -> str:
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
-def write_html(path: Path, results: list[SubmissionResult]) -> Path:
+def _setup(header: dict[str, Any] | None) -> str:
+    if not header:
+        return ""
+    limits = header.get("limits") or {}
+    parts = [f"tests: {header.get('tests')}", f"wall {limits.get('wall_time')} s, cpu {limits.get('cpu_time')} s",
+             str(header.get("isolation", ""))]
+    return f"<p>{html.escape(' · '.join(part for part in parts if part))}</p>"
+
+
+def write_html(path: Path, results: list[SubmissionResult], header: dict[str, Any] | None = None) -> Path:
     """A self-contained HTML summary (no script, no external resource)."""
     page = (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         "<title>cellbox grade report</title>"
         f"<style>{_CSS}</style></head><body>"
-        f"<h1>cellbox grade: {len(results)} submissions</h1>"
+        f"<h1>cellbox grade: {len(results)} submissions</h1>{_setup(header)}"
         f"<h2>Verdicts</h2>{_verdict_chart(results)}"
         f"<h2>Pass rate per test</h2>{_rate_chart(results)}"
         f"<h2>Submissions</h2>{_table(results)}"

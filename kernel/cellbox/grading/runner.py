@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..isolation import describe
 from .results import SubmissionResult
 from .submissions import Submission
 from .task import GradeSettings, Suite, grade_safely
@@ -100,6 +101,7 @@ class GradingRun:
             "tests": str(self.suite.root),
             "test_files": list(self.suite.files),
             "limits": self.settings.limits.as_dict(),
+            "isolation": describe(self.settings.isolation),
         }
 
     def pending(self, done: dict[str, SubmissionResult]) -> list[Submission]:
