@@ -6,10 +6,11 @@ removed afterwards whatever happens):
 1. lay the submission out in ``work/submission`` (:func:`~cellbox.grading.submissions.lay_out`);
 2. make a virtualenv without pip in ``venv/``;
 3. when it has a package or a ``requirements.txt``: ``pip install`` it, in the
-   sandbox, under the grading limits;
-4. then copy in what the grader controls, beside the submission and never
-   below it: ``grader/lib`` (pytest and the reporter), ``grader/tests`` (the
-   instructor tests) and ``grader/pytest.ini``;
+   sandbox, under the grading limits and isolation (plus the network);
+4. then copy what the grader controls into a grader directory *beside* the
+   task directory (the child may write anywhere in its task directory):
+   ``lib`` (pytest and the reporter), ``tests`` (the instructor tests) and
+   ``pytest.ini``; an isolated test run sees it read-only;
 5. run pytest in the sandbox with that configuration only (``-c`` the grader's
    ini, ``--rootdir`` and ``--confcutdir`` at the tests, the cache plugin
    off, plugin autoloading off, the reporter loaded with ``-p``), the
