@@ -24,15 +24,12 @@ Messages on fd 3 (one JSON object per line, ``"type"`` first):
 
 from __future__ import annotations
 
-import base64
 import builtins
 import getpass
-import hashlib
 import importlib.util
 import json
 import os
 import sys
-import tempfile
 import warnings
 from typing import Any
 
@@ -85,110 +82,6 @@ class Channel:
         """Read one reply line (blocks); an empty dict when the kernel closed the channel."""
         line = self._in.readline()
         return json.loads(line) if line.strip() else {}
-
-
-def _json_ready(value: Any) -> Any:
-    """Make a display bundle JSON-ready: bytes (a PNG) become base64 text, as ipykernel sends them."""
-    if isinstance(value, dict):
-        return {str(k): _json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_ready(v) for v in value]
-    if isinstance(value, (bytes, bytearray)):
-        return base64.b64encode(value).decode("ascii")
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return repr(value)
-
-
-def _make_shell(channel: Channel, spec: dict[str, Any], user_ns: dict[str, Any]) -> Any:
-    """Build an InteractiveShell whose display and errors go to ``channel``."""
-    from IPython.core.compilerop import CachingCompiler
-    from IPython.core.displayhook import DisplayHook
-    from IPython.core.displaypub import DisplayPublisher
-    from IPython.core.interactiveshell import InteractiveShell
-    from traitlets import Type
-    from traitlets.config import Config
-
-    class ChannelDisplayPublisher(DisplayPublisher):
-        """``display(...)`` and IPython.display objects: a ``display_data`` message each."""
-
-        def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):  # type: ignore[no-untyped-def, override]
-            __tracebackhide__ = True  # noqa: F841 - read by IPython's traceback formatter
-            channel.send(
-                {
-                    "type": "update_display_data" if update else "display_data",
-                    "data": _json_ready(data),
-                    "metadata": _json_ready(metadata or {}),
-                    "transient": _json_ready(transient or {}),
-                }
-            )
-
-        def clear_output(self, wait: bool = False) -> None:
-            channel.send({"type": "clear_output", "wait": bool(wait)})
-
-    class ChannelDisplayHook(DisplayHook):
-        """The value of a cell's last expression: one ``execute_result`` message."""
-
-        def start_displayhook(self) -> None:
-            self._bundle: dict[str, Any] = {}
-
-        def write_output_prompt(self) -> None:
-            pass  # no "Out[n]:" on stdout; the frontend shows the prompt
-
-        def write_format_data(self, format_dict, md_dict=None) -> None:  # type: ignore[no-untyped-def, override]
-            self._bundle = {"data": _json_ready(format_dict), "metadata": _json_ready(md_dict or {})}
-
-        def finish_displayhook(self) -> None:
-            if self._bundle.get("data"):
-                channel.send({"type": "execute_result", "execution_count": self.prompt_count, **self._bundle})
-            self._bundle = {}
-
-    class CellCompiler(CachingCompiler):
-        """Names cells like files, as ipykernel does, in a directory that stays the same all session.
-
-        A path-like name (rather than ``<ipython-input-...>``) makes IPython's
-        tracebacks format frames as they do under ipykernel; a fixed directory
-        (the task directory's tmp/) lets code carried from an earlier cell find
-        its source again.
-        """
-
-        def get_code_name(self, raw_code: str, transformed_code: str, number: int) -> str:
-            digest = hashlib.sha1(f"{number}\0{transformed_code}".encode()).hexdigest()[:16]
-            return os.path.join(tempfile.gettempdir(), "cells", f"{digest}.py")
-
-    class CellShell(InteractiveShell):
-        compiler_class = Type(CellCompiler)
-        display_pub_class = Type(ChannelDisplayPublisher)
-        displayhook_class = Type(ChannelDisplayHook)
-
-        def _showtraceback(self, etype, evalue, stb):  # type: ignore[no-untyped-def]
-            channel.send({"type": "error", "ename": etype.__name__, "evalue": str(evalue), "traceback": list(stb)})
-
-        def ask_exit(self) -> None:
-            # As ipykernel: the frontend decides what exit() means (JupyterLab shuts the kernel down).
-            assert self.payload_manager is not None
-            self.payload_manager.write_payload({"source": "ask_exit", "keepkernel": False})
-
-        def init_virtualenv(self) -> None:
-            pass  # the kernel's interpreter is the cells' interpreter; no virtualenv guessing
-
-        def enable_gui(self, gui=None):  # type: ignore[no-untyped-def]
-            if gui not in (None, "inline"):
-                raise _usage_error(
-                    f"%gui {gui} needs a kernel process that lives between cells; cellbox shows plots inline"
-                )
-
-    config = Config()
-    config.HistoryManager.hist_file = ":memory:"
-    config.HistoryManager.enabled = True
-    config.InteractiveShell.display_page = False
-    return CellShell.instance(config=config, user_ns=user_ns)
-
-
-def _usage_error(message: str) -> Exception:
-    from IPython.core.error import UsageError
-
-    return UsageError(message)
 
 
 def _install_pager(shell: Any) -> None:
@@ -439,14 +332,13 @@ def _prepare_process(spec: dict[str, Any]) -> None:
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="jupyter_client")
 
 
-def run(spec: dict[str, Any]) -> int:
-    """Run the cell described by ``spec``; return the exit status (0 ok, 1 error)."""
-    channel = Channel(os.environ.get("CELLBOX_CHANNEL"))
-    _prepare_process(spec)
-    state = _load_state(spec.get("state_in")) if spec.get("carry_state", True) else {}
-    shell = _make_shell(channel, spec, _namespace_from(state))
+def _start_shell(channel: Channel, spec: dict[str, Any]) -> tuple[Any, dict[str, str]]:
+    """The cell's shell with the carried state in place, and the environment to diff ``%env`` against."""
     from . import magics
+    from .cellshell import make_shell
 
+    state = _load_state(spec.get("state_in")) if spec.get("carry_state", True) else {}
+    shell = make_shell(channel, _namespace_from(state))
     magics.register(shell, spec.get("limits", {}))
     _install_pager(shell)
     _install_stdin(channel, bool(spec.get("allow_stdin")))
@@ -455,12 +347,21 @@ def run(spec: dict[str, Any]) -> int:
     launch_environ = dict(os.environ)
     _restore(shell, state, list(spec.get("history", [""])))
     shell.execution_count = int(spec.get("execution_count", 1))
-    result = shell.run_cell(
-        spec["code"], store_history=bool(spec.get("store_history", True)), silent=bool(spec.get("silent"))
-    )
+    return shell, launch_environ
+
+
+def run(spec: dict[str, Any]) -> int:
+    """Run the cell described by ``spec``; return the exit status (0 ok, 1 error)."""
+    from .cellshell import json_ready
+
+    channel = Channel(os.environ.get("CELLBOX_CHANNEL"))
+    _prepare_process(spec)
+    shell, launch_environ = _start_shell(channel, spec)
+    store, silent = bool(spec.get("store_history", True)), bool(spec.get("silent"))
+    result = shell.run_cell(spec["code"], store_history=store, silent=silent)
     payload = shell.payload_manager.read_payload()
     if payload:
-        channel.send({"type": "payload", "payload": _json_ready(payload)})
+        channel.send({"type": "payload", "payload": json_ready(payload)})
     error = result.error_before_exec or result.error_in_exec
     if error is not None:
         if isinstance(error, MemoryError):
@@ -469,9 +370,8 @@ def run(spec: dict[str, Any]) -> int:
         channel.send({"type": "failed", "ename": type(error).__name__, "evalue": str(error)})
         return 1
     if spec.get("user_expressions"):
-        channel.send(
-            {"type": "user_expressions", "value": _json_ready(shell.user_expressions(spec["user_expressions"]))}
-        )
+        values = shell.user_expressions(spec["user_expressions"])
+        channel.send({"type": "user_expressions", "value": json_ready(values)})
     if spec.get("carry_state", True) and spec.get("state_out"):
         extensions = sorted(shell.extension_manager.loaded)
         dropped = _save_state(shell, spec["state_out"], launch_environ, extensions)

@@ -1,0 +1,133 @@
+"""IPython's shell with cellbox's plumbing, for the child that runs one cell.
+
+Imported only in a cell's child (by :mod:`cellbox.cellrunner`), never by the
+kernel process.  The shell is IPython's own :class:`InteractiveShell`; what
+changes is where things go:
+
+* ``display(...)`` and the last expression's value become ``display_data`` and
+  ``execute_result`` messages on the channel (the bundles of every
+  ``_repr_*_`` method, PNG bytes as base64, as ipykernel sends them);
+* an exception's traceback becomes one ``error`` message;
+* cells are named like files, as under ipykernel (see :class:`CellCompiler`).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import tempfile
+from typing import Any, Protocol
+
+from IPython.core.compilerop import CachingCompiler
+from IPython.core.displayhook import DisplayHook
+from IPython.core.displaypub import DisplayPublisher
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from traitlets import Any as AnyTrait
+from traitlets import Type
+from traitlets.config import Config
+
+__all__ = ["make_shell", "json_ready", "CellShell"]
+
+
+class Sender(Protocol):
+    def send(self, message: dict[str, Any]) -> None: ...
+
+
+def json_ready(value: Any) -> Any:
+    """Make a display bundle JSON-ready: bytes (a PNG) become base64 text, as ipykernel sends them."""
+    if isinstance(value, dict):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode("ascii")
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return repr(value)
+
+
+class ChannelDisplayPublisher(DisplayPublisher):
+    """``display(...)`` and IPython.display objects: one ``display_data`` message each."""
+
+    def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):  # type: ignore[no-untyped-def, override]
+        __tracebackhide__ = True  # noqa: F841 - read by IPython's traceback formatter
+        self.shell.channel.send(  # type: ignore[union-attr]
+            {
+                "type": "update_display_data" if update else "display_data",
+                "data": json_ready(data),
+                "metadata": json_ready(metadata or {}),
+                "transient": json_ready(transient or {}),
+            }
+        )
+
+    def clear_output(self, wait: bool = False) -> None:
+        self.shell.channel.send({"type": "clear_output", "wait": bool(wait)})  # type: ignore[union-attr]
+
+
+class ChannelDisplayHook(DisplayHook):
+    """The value of a cell's last expression: one ``execute_result`` message."""
+
+    _bundle: dict[str, Any] = {}
+
+    def start_displayhook(self) -> None:
+        self._bundle = {}
+
+    def write_output_prompt(self) -> None:
+        pass  # no "Out[n]:" on stdout; the frontend shows the prompt
+
+    def write_format_data(self, format_dict, md_dict=None) -> None:  # type: ignore[no-untyped-def, override]
+        self._bundle = {"data": json_ready(format_dict), "metadata": json_ready(md_dict or {})}
+
+    def finish_displayhook(self) -> None:
+        if self._bundle.get("data"):
+            message = {"type": "execute_result", "execution_count": self.prompt_count, **self._bundle}
+            self.shell.channel.send(message)  # type: ignore[union-attr]
+        self._bundle = {}
+
+
+class CellCompiler(CachingCompiler):
+    """Names cells like files, as ipykernel does, in a directory that stays the same all session.
+
+    A path-like name (rather than ``<ipython-input-...>``) makes IPython's
+    tracebacks format frames as they do under ipykernel; a fixed directory
+    (the task directory's tmp/) lets code carried from an earlier cell find
+    its source again.
+    """
+
+    def get_code_name(self, raw_code: str, transformed_code: str, number: int) -> str:
+        digest = hashlib.sha1(f"{number}\0{transformed_code}".encode()).hexdigest()[:16]
+        return os.path.join(tempfile.gettempdir(), "cells", f"{digest}.py")
+
+
+class CellShell(InteractiveShell):
+    """IPython's shell whose display, results and errors go to :attr:`channel`."""
+
+    channel = AnyTrait(help="where messages to the kernel go: an object with send(dict)")
+    compiler_class = Type(CellCompiler)
+    display_pub_class = Type(ChannelDisplayPublisher)
+    displayhook_class = Type(ChannelDisplayHook)
+
+    def _showtraceback(self, etype, evalue, stb):  # type: ignore[no-untyped-def]
+        self.channel.send({"type": "error", "ename": etype.__name__, "evalue": str(evalue), "traceback": list(stb)})
+
+    def ask_exit(self) -> None:
+        # As ipykernel: the frontend decides what exit() means (JupyterLab shuts the kernel down).
+        assert self.payload_manager is not None
+        self.payload_manager.write_payload({"source": "ask_exit", "keepkernel": False})
+
+    def init_virtualenv(self) -> None:
+        pass  # the kernel's interpreter is the cells' interpreter; no virtualenv guessing
+
+    def enable_gui(self, gui=None):  # type: ignore[no-untyped-def]
+        if gui not in (None, "inline"):
+            raise UsageError(f"%gui {gui} needs a kernel process that lives between cells; cellbox shows plots inline")
+
+
+def make_shell(channel: Sender, user_ns: dict[str, Any]) -> CellShell:
+    """The cell's shell, sending to ``channel``, running in ``user_ns``; history stays in memory."""
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    config.InteractiveShell.display_page = False
+    return CellShell.instance(config=config, user_ns=user_ns, channel=channel)
