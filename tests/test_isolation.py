@@ -259,6 +259,19 @@ def test_home_and_tmpdir_are_inside_the_task_directory_in_the_view(all_layers: N
         task.remove()
 
 
+@as_root
+def test_working_directory_closed_to_the_unprivileged_user_is_named(all_layers: None, tmp_path: Path) -> None:
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    outcome = run(["true"], isolation=AUTO, cwd=private)
+    assert outcome.status is Status.ERROR
+    uid = pwd.getpwnam(UNPRIVILEGED_USER).pw_uid
+    assert f"fs: the working directory {private} is not writable by {UNPRIVILEGED_USER} (uid {uid})" in outcome.notes
+    assert outcome.stderr == (
+        f"cellbox: user {UNPRIVILEGED_USER!r} cannot enter the working directory {private} (Permission denied)\n"
+    )
+
+
 # --------------------------------------------------------------------------- processes
 
 
@@ -399,6 +412,48 @@ print(json.loads(inp.readline())["answer"])
     assert outcome.stdout == "42\n"
 
 
+FORK_TEN = """
+import os, time
+pids = []
+try:
+    for _ in range(100):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        pids.append(pid)
+except OSError as exc:
+    print("stopped after", len(pids), type(exc).__name__)
+"""
+
+
+@as_root
+def test_processes_limit_holds_in_the_namespaces_without_a_pids_cgroup(
+    all_layers: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # RLIMIT_NPROC counts nobody's tasks on the whole machine, while the
+    # launcher sees only its PID namespace: the parent counts for it.
+    monkeypatch.setattr(sandbox, "pids_cgroup_root", lambda: None)
+    mark = marker()
+    outcome = run_python(FORK_TEN, mark, limits=Limits(processes=10, wall_time=10), isolation=AUTO)
+    assert outcome.status is Status.OK, outcome.stderr
+    assert "pids-cgroup" not in outcome.isolation
+    started = int(outcome.stdout.split()[2])
+    assert 0 < started < 10
+    assert outcome.killed_processes == started
+    assert survivors(mark) == []
+
+
+def test_kill_interrupt_and_send_after_the_run_ended_do_nothing() -> None:
+    # A kernel's interrupt may arrive from another thread just after the cell ended.
+    running = start(["true"], channel=True)
+    outcome = running.wait()
+    running.kill()
+    running.interrupt()
+    running.send({"late": True})
+    assert outcome.status is Status.OK
+
+
 # --------------------------------------------------------------------------- reporting and configuration
 
 
@@ -414,7 +469,7 @@ def test_without_isolation_no_layer_is_listed() -> None:
     assert not set(outcome.isolation) & set(LAYERS)
 
 
-def test_missing_bwrap_is_reported_in_auto_and_refused_in_strict(tmp_path: Path) -> None:
+def test_missing_bwrap_is_named_for_each_layer_it_would_give(tmp_path: Path) -> None:
     support = probe(bwrap=str(tmp_path / "no-bwrap-here"))
     assert all(not support.available(layer) for layer in BWRAP_LAYERS)
     plan = make_plan(AUTO, support, user=None)
@@ -525,53 +580,6 @@ def test_runtime_directory_follows_jupyter_variables(monkeypatch: pytest.MonkeyP
     assert runtime_directories()[0] == "/srv/jupyter/run"
 
 
-# --------------------------------------------------------------------------- the core's adversarial tests, isolated
-
-
-@pytest.fixture
-def isolated_by_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Turn every layer on for runs that do not choose, as if it were the core's default.
-
-    As root the command runs as an unprivileged user, which needs a working
-    directory it may write (see the README's Isolation section): the test's
-    ``tmp_path`` is opened to it, as a user would open a notebook directory.
-    """
-    require_layers()
-    monkeypatch.setattr(sandbox, "DEFAULT_ISOLATION", AUTO)
-    tmp_path.chmod(0o777)
-
-
-def _isolated_copy(test: Callable[..., None]) -> Callable[..., None]:
-    """A copy of ``test`` (same code, fixtures and parameters) that also uses ``isolated_by_default``.
-
-    A copy, because marking the original would turn isolation on in its own module too.
-    """
-    copy = types.FunctionType(test.__code__, test.__globals__, test.__name__, test.__defaults__, test.__closure__)
-    copy.__dict__.update(test.__dict__)
-    copy.pytestmark = [*getattr(test, "pytestmark", []), pytest.mark.usefixtures("isolated_by_default").mark]  # type: ignore[attr-defined]
-    return copy
-
-
-# Each adversarial test of the core is collected again here, under the fixture above.
-ADVERSARIAL = [name for name in vars(adversarial) if name.startswith("test_")]
-globals().update({f"{name}_isolated": _isolated_copy(getattr(adversarial, name)) for name in ADVERSARIAL})
-
-
-def test_adversarial_tests_run_again_isolated_and_unchanged_in_their_own_module() -> None:
-    assert len(ADVERSARIAL) > 10
-    assert all(f"{name}_isolated" in globals() for name in ADVERSARIAL)
-    marks = [m.name for name in ADVERSARIAL for m in getattr(getattr(adversarial, name), "pytestmark", [])]
-    assert "usefixtures" not in marks
-    assert not set(run_python("print(1)").isolation) & set(LAYERS)
-
-
-def test_readme_isolation_table_lists_every_layer() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("\n## Isolation\n", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("| `")]
-    assert [row.split("`")[1] for row in rows] == list(LAYERS)
-
-
 @pytest.mark.parametrize("layers", [(layer,) for layer in LAYERS] + [("net", "pid"), ("pid", "fs")])
 def test_any_choice_of_layers_runs_python_and_reports_those_layers(all_layers: None, layers: tuple[str, ...]) -> None:
     code = "import os, json; print(json.dumps([os.getcwd() == os.environ['HOME'].replace('home', 'work')]))"
@@ -589,59 +597,23 @@ def test_any_choice_of_layers_runs_python_and_reports_those_layers(all_layers: N
     assert {layer for layer in outcome.isolation if layer in LAYERS} == expected
 
 
-FORK_TEN = """
-import os, time
-pids = []
-try:
-    for _ in range(100):
-        pid = os.fork()
-        if pid == 0:
-            time.sleep(30)
-            os._exit(0)
-        pids.append(pid)
-except OSError as exc:
-    print("stopped after", len(pids), type(exc).__name__)
-"""
+def test_readme_isolation_table_lists_every_layer() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("\n## Isolation\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    assert [row.split("`")[1] for row in rows] == list(LAYERS)
 
 
-@as_root
-def test_processes_limit_holds_in_the_namespaces_without_a_pids_cgroup(
-    all_layers: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # RLIMIT_NPROC counts nobody's tasks on the whole machine, while the
-    # launcher sees only its PID namespace: the parent counts for it.
-    monkeypatch.setattr(sandbox, "pids_cgroup_root", lambda: None)
-    mark = marker()
-    outcome = run_python(FORK_TEN, mark, limits=Limits(processes=10, wall_time=10), isolation=AUTO)
-    assert outcome.status is Status.OK, outcome.stderr
-    assert "pids-cgroup" not in outcome.isolation
-    started = int(outcome.stdout.split()[2])
-    assert 0 < started < 10
-    assert outcome.killed_processes == started
-    assert survivors(mark) == []
-
-
-@as_root
-def test_working_directory_closed_to_the_unprivileged_user_is_named(all_layers: None, tmp_path: Path) -> None:
-    private = tmp_path / "private"
-    private.mkdir(mode=0o700)
-    outcome = run(["true"], isolation=AUTO, cwd=private)
-    assert outcome.status is Status.ERROR
-    uid = pwd.getpwnam(UNPRIVILEGED_USER).pw_uid
-    assert f"fs: the working directory {private} is not writable by {UNPRIVILEGED_USER} (uid {uid})" in outcome.notes
-    assert outcome.stderr == (
-        f"cellbox: user {UNPRIVILEGED_USER!r} cannot enter the working directory {private} (Permission denied)\n"
-    )
-
-
-def test_kill_interrupt_and_send_after_the_run_ended_do_nothing() -> None:
-    # A kernel's interrupt may arrive from another thread just after the cell ended.
-    running = start(["true"], channel=True)
-    outcome = running.wait()
-    running.kill()
-    running.interrupt()
-    running.send({"late": True})
-    assert outcome.status is Status.OK
+def test_describe_gives_one_line_for_banners_and_reports(tmp_path: Path) -> None:
+    assert describe(Isolation()) == "isolation none: rlimits and environment allowlist only"
+    without_bwrap = probe(bwrap=str(tmp_path / "no-bwrap-here"))
+    line = describe(Isolation.auto(network=True), without_bwrap)
+    assert line.startswith("isolation auto: ")
+    assert "(network allowed)" in line
+    assert "pid: not available: bwrap cannot start here" in line
+    assert "net:" not in line  # the network was allowed, so no net layer was wanted
+    if probe().missing == {}:
+        assert describe(AUTO) == "isolation auto: net, pid, fs, user, landlock"
 
 
 # --------------------------------------------------------------------------- Landlock alone (no bubblewrap)
@@ -701,13 +673,41 @@ def test_landlock_alone_keeps_disks_and_other_devices_out_of_reach() -> None:
     assert outcome.stdout.splitlines() == ["unreadable PermissionError"] * len(disks) + ["read 0"]
 
 
-def test_describe_gives_one_line_for_banners_and_reports(tmp_path: Path) -> None:
-    assert describe(Isolation()) == "isolation none: rlimits and environment allowlist only"
-    without_bwrap = probe(bwrap=str(tmp_path / "no-bwrap-here"))
-    line = describe(Isolation.auto(network=True), without_bwrap)
-    assert line.startswith("isolation auto: ")
-    assert "(network allowed)" in line
-    assert "pid: not available: bwrap cannot start here" in line
-    assert "net:" not in line  # the network was allowed, so no net layer was wanted
-    if probe().missing == {}:
-        assert describe(AUTO) == "isolation auto: net, pid, fs, user, landlock"
+# --------------------------------------------------------------------------- the core's adversarial tests, isolated
+
+
+@pytest.fixture
+def isolated_by_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Turn every layer on for runs that do not choose, as if it were the core's default.
+
+    As root the command runs as an unprivileged user, which needs a working
+    directory it may write (see the README's Isolation section): the test's
+    ``tmp_path`` is opened to it, as a user would open a notebook directory.
+    """
+    require_layers()
+    monkeypatch.setattr(sandbox, "DEFAULT_ISOLATION", AUTO)
+    tmp_path.chmod(0o777)
+
+
+def _isolated_copy(test: Callable[..., None]) -> Callable[..., None]:
+    """A copy of ``test`` (same code, fixtures and parameters) that also uses ``isolated_by_default``.
+
+    A copy, because marking the original would turn isolation on in its own module too.
+    """
+    copy = types.FunctionType(test.__code__, test.__globals__, test.__name__, test.__defaults__, test.__closure__)
+    copy.__dict__.update(test.__dict__)
+    copy.pytestmark = [*getattr(test, "pytestmark", []), pytest.mark.usefixtures("isolated_by_default").mark]  # type: ignore[attr-defined]
+    return copy
+
+
+# Each adversarial test of the core is collected again here, under the fixture above.
+ADVERSARIAL = [name for name in vars(adversarial) if name.startswith("test_")]
+globals().update({f"{name}_isolated": _isolated_copy(getattr(adversarial, name)) for name in ADVERSARIAL})
+
+
+def test_adversarial_tests_run_again_isolated_and_unchanged_in_their_own_module() -> None:
+    assert len(ADVERSARIAL) > 10
+    assert all(f"{name}_isolated" in globals() for name in ADVERSARIAL)
+    marks = [m.name for name in ADVERSARIAL for m in getattr(getattr(adversarial, name), "pytestmark", [])]
+    assert "usefixtures" not in marks
+    assert not set(run_python("print(1)").isolation) & set(LAYERS)
