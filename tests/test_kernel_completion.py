@@ -81,3 +81,8 @@ def test_inspect_of_nothing_finds_nothing(kc: BlockingKernelClient) -> None:
 def test_is_complete_follows_ipythons_rules(kc: BlockingKernelClient, code: str, expected: dict[str, str]) -> None:
     reply = _reply(kc, kc.is_complete(code))
     assert reply == expected
+
+
+def test_names_from_a_cell_with_a_limits_line_complete(kc: BlockingKernelClient) -> None:
+    execute(kc, "%%limits wall=10\nlimited_value = 3")
+    assert complete(kc, "limited_v")["matches"] == ["limited_value"]

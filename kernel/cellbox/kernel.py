@@ -317,7 +317,7 @@ class CellboxKernel(Kernel):
             spec_path.unlink(missing_ok=True)
         await asyncio.sleep(0)  # let the last forwarded messages go out first
         cell.flush()
-        return self._finish(cell, outcome, code)
+        return self._finish(cell, outcome, body)
 
     def _write_spec(
         self,
@@ -351,7 +351,10 @@ class CellboxKernel(Kernel):
         return Path(name)
 
     def _finish(self, cell: _Cell, outcome: Outcome, code: str) -> dict[str, Any]:
-        """Publish the cell's error (if any), keep or drop its state, and build the reply."""
+        """Publish the cell's error (if any), keep or drop its state, and build the reply.
+
+        ``code`` is the cell without its ``%%limits`` line, kept for completion when the cell succeeded.
+        """
         self._last_outcome = _outcome_metadata(outcome)
         if outcome.status is Status.OK:
             self._accept_state(cell)
