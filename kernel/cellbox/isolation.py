@@ -629,8 +629,13 @@ def python_paths() -> list[str]:
     """Directories this Python needs, to bind read-only: prefixes, site directories, .pth entries, cellbox.
 
     An interpreter under a private home (``/root/.pyenv``) is reachable this way
-    without showing the rest of that home.
+    without showing the rest of that home.  Found once per process.
     """
+    return list(_python_paths())
+
+
+@functools.cache
+def _python_paths() -> tuple[str, ...]:
     found = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix]
     found.append(_prefix_of(os.path.realpath(sys.executable)))
     sites = [*site.getsitepackages(), site.getusersitepackages() if site.ENABLE_USER_SITE else ""]
@@ -638,7 +643,7 @@ def python_paths() -> list[str]:
         found.append(directory)
         found += _pth_paths(directory)
     found.append(str(Path(__file__).resolve().parent))
-    return [p for p in dict.fromkeys(os.path.normpath(p) for p in found if p) if p != "/" and os.path.isdir(p)]
+    return tuple(p for p in dict.fromkeys(os.path.normpath(p) for p in found if p) if p != "/" and os.path.isdir(p))
 
 
 def _pth_paths(directory: str) -> list[str]:
