@@ -108,7 +108,7 @@ print("never printed")
 """, tags=["raises-exception"])
 
 code("""
-%%limits cpu=1 wall=10
+%%limits cpu=1 wall=30
 while True:
     pass
 """, tags=["raises-exception"])
@@ -123,7 +123,16 @@ for _ in range(10):
 md("""
 Three different names for three different problems: `CellTimeoutError` (the wall clock), `CellCPULimitError`
 (RLIMIT_CPU) and `CellMemoryLimitError` (RLIMIT_AS: the allocation failed long before the machine had to swap).
-A bad `%%limits` line is an error too, and the cell does not run at all.
+A bad `%%limits` line is an error too, and the cell does not run at all:
+""")
+
+code("""
+%%limits memory=lots
+print("this line never runs")
+""", tags=["raises-exception"])
+
+md("""
+The message names the limit and shows what a good value looks like.
 
 ## 4. Reading an `Outcome`
 
@@ -138,17 +147,18 @@ from cellbox.limits import Limits
 from cellbox.sandbox import run
 
 limits = Limits(wall_time=2, cpu_time=1, memory=256 * MB)
+spin_limits = limits.replace(wall_time=30)   # room on the wall clock, so a busy machine still says cpu_limit
 programs = {
-    "hello": "print('hello')",
-    "bug": "1 / 0",
-    "spin": "while True: pass",
-    "sleep": "import time; time.sleep(60)",
-    "hog": "x = bytearray(512 * 1024 * 1024)",
-    "daemon": "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import os, time; os.setsid(); time.sleep(60)'])",
+    "hello": ("print('hello')", limits),
+    "bug": ("1 / 0", limits),
+    "spin": ("while True: pass", spin_limits),
+    "sleep": ("import time; time.sleep(60)", limits),
+    "hog": ("x = bytearray(512 * 1024 * 1024)", limits),
+    "daemon": ("import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import os, time; os.setsid(); time.sleep(60)'])", limits),
 }
 outcomes = {}
-for name, source in programs.items():
-    outcome = run([sys.executable, "-c", source], limits=limits)
+for name, (source, run_limits) in programs.items():
+    outcome = run([sys.executable, "-c", source], limits=run_limits)
     outcomes[name] = outcome.to_json()
     print(f"{name:>6}: {outcome.summary()} killed={outcome.killed_processes}")
 print("isolation layers:", outcomes["hello"]["isolation"])
