@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import pwd
 import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -292,3 +293,62 @@ def test_a_cell_that_deletes_the_task_directory_does_not_break_the_next(tmp_path
     with running_kernel("cellbox", cwd=str(tmp_path)) as (_km, kc):
         execute(kc, "import os, shutil\nshutil.rmtree(os.path.dirname(os.environ['HOME']))")
         assert execute(kc, "print('next cell')").stream() == "next cell\n"
+
+
+def test_isolation_setting_puts_cells_in_the_sandboxs_layers(tmp_path: Path) -> None:
+    from cellbox.isolation import UNPRIVILEGED_USER, probe
+
+    support = probe()
+    as_nobody = support.as_root and support.available("user")
+    expected_uid = pwd.getpwnam(UNPRIVILEGED_USER).pw_uid if as_nobody else os.getuid()
+    code = (
+        "import os, socket\nprint(os.getuid())\nnumber = 41\n"
+        "try:\n    socket.create_connection(('192.0.2.1', 80), timeout=2)\nexcept OSError:\n    print('no network')"
+    )
+    notebook = tmp_path / "shared"
+    notebook.mkdir(mode=0o777)
+    notebook.chmod(0o777)
+    for parent in (tmp_path, *tmp_path.parents):  # an unprivileged cell user must reach the notebook
+        if parent != Path("/"):
+            parent.chmod(parent.stat().st_mode | 0o011)
+    with running_kernel("cellbox", cwd=str(notebook), extra=["--CellboxKernel.isolation=auto"]) as (_km, kc):
+        first = execute(kc, code)
+        assert first.status == "ok", first.content
+        lines = first.stream().splitlines()
+        assert lines[0] == str(expected_uid)
+        if support.available("net"):
+            assert lines[1] == "no network"
+        layers = first.metadata["cellbox"]["isolation"]
+        assert [layer for layer in ("net", "pid", "fs", "user", "landlock") if support.available(layer)] == [
+            layer for layer in ("net", "pid", "fs", "user", "landlock") if layer in layers
+        ]
+        notes = first.metadata["cellbox"]["notes"]
+        assert first.stream("stderr") == (f"cellbox: note: {', '.join(sorted(notes))}\n" if notes else "")
+        second = execute(kc, "print(number + 1)")
+        assert second.stream() == "42\n"
+        assert second.stream("stderr") == ""
+
+
+def test_cell_that_cannot_start_says_why(tmp_path: Path) -> None:
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (_km, kc):
+        tmp_path.rename(tmp_path.with_name("moved"))
+        result = execute(kc, "print(1)")
+        assert (result.content["ename"], result.content["evalue"]) == (
+            "SandboxError",
+            f"working directory {tmp_path} does not exist; create it or pass another",
+        )
+
+
+def test_cell_whose_directory_nobody_can_enter_says_why(tmp_path: Path, require_tool: Callable[..., str]) -> None:
+    from cellbox.isolation import probe
+
+    require_tool("bwrap", install="apt-get install bubblewrap")
+    support = probe()
+    if not (support.as_root and support.available("user")):
+        pytest.skip("cells switch to nobody only when the kernel runs as root with the user layer")
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    with running_kernel("cellbox", cwd=str(closed), extra=["--CellboxKernel.isolation=auto"]) as (_km, kc):
+        result = execute(kc, "print(1)")
+        assert result.content["ename"] == "CellExitedError"
+        assert result.content["evalue"].startswith("the cell could not start: user 'nobody' cannot enter the working")

@@ -44,6 +44,7 @@ from traitlets import Bool, Float, Int, TraitError, Unicode, default, validate
 
 from . import __version__
 from .environment import TaskDirectory
+from .isolation import Isolation, IsolationError
 from .limits import LimitError, Limits, format_size, format_time
 from .magics import cell_limits
 from .outcome import Outcome, Status
@@ -57,6 +58,10 @@ _DEFAULTS = Limits()
 STREAM_DELAY = 0.05
 # Task directories of kernel sessions are named so (under the system's temp directory).
 TASK_PREFIX = "cellbox-kernel-"
+# In the task directory: the kernel's pid (to find directories of killed kernels),
+# and in its tmp/ the carried state.
+PID_FILE = "cellbox-kernel.pid"
+STATE_FILE = "cellbox-state.pickle"
 # History replies name one session: this kernel process's.
 SESSION_NUMBER = 1
 
@@ -120,6 +125,14 @@ def error_for_outcome(outcome: Outcome, limits: Limits) -> tuple[str, str] | Non
         words = _SIGNAL_WORDS.get(name, name)
         return "CellCrashedError", f"the cell's process was ended by {name} ({words}); the kernel is still alive"
     return None
+
+
+def _exit_reason(outcome: Outcome) -> str:
+    """Why a cell's process ended without an exception: the launcher's reason when it could not start."""
+    last = outcome.stderr.rstrip("\n").rpartition("\n")[2]
+    if outcome.exit_code in (126, 127) and last.startswith("cellbox: "):
+        return f"the cell could not start: {last.removeprefix('cellbox: ')}"
+    return f"the cell's process ended with exit status {outcome.exit_code} before the cell finished"
 
 
 def _twice(seconds: float) -> str:
@@ -186,6 +199,14 @@ class CellboxKernel(Kernel):
     interrupt_grace = Float(
         1.0, help="Seconds an interrupted cell gets to stop on SIGINT before its processes are killed."
     ).tag(config=True)
+    isolation = Unicode(
+        "none",
+        help="Isolation layers for cells beyond rlimits (namespaces, Landlock; see the README's Isolation section): "
+        "none, auto (every layer this machine supports, the others noted) or strict (every layer, or no run).",
+    ).tag(config=True)
+    network = Bool(False, help="With isolation on: let cells use the network (for example %pip install).").tag(
+        config=True
+    )
     notebook_dir = Unicode(
         help="Working directory of every cell; by default the directory the kernel was started in, "
         "which Jupyter sets to the notebook's directory."
@@ -207,13 +228,27 @@ class CellboxKernel(Kernel):
             raise TraitError(str(exc)) from None
         return proposal["value"]
 
+    @validate("isolation")
+    def _check_isolation(self, proposal: Any) -> Any:
+        try:
+            Isolation.from_options(mode=proposal["value"], source="CellboxKernel.isolation")
+        except IsolationError as exc:
+            raise TraitError(str(exc)) from None
+        return proposal["value"]
+
+    def cell_isolation(self) -> Isolation:
+        """The isolation of every cell, from the ``isolation`` and ``network`` settings."""
+        return Isolation.from_options(mode=self.isolation, network=self.network, source="CellboxKernel.isolation")
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.notebook_dir = self.notebook_dir  # fixed now: the directory the kernel started in
         _remove_stale_task_directories()
         self.task = TaskDirectory.create(prefix=TASK_PREFIX)
-        self._state_dir = self.task.path / "kernel"
-        self._state_dir.mkdir(mode=0o700)
-        (self._state_dir / "pid").write_text(str(os.getpid()))
+        # State and cell specs live in the task's tmp/, which the sandbox gives to
+        # the user cells run as (an isolated cell as root runs as nobody).
+        self._state_dir = self.task.tmp
+        (self.task.path / PID_FILE).write_text(str(os.getpid()))
         self._inputs: list[str] = [""]  # In[0] is empty, as in IPython
         self._good_sources: list[str] = []  # cells that ran successfully, for completion
         self._warned: set[str] = set()
@@ -303,6 +338,7 @@ class CellboxKernel(Kernel):
                 on_stdout=cell.thread_safe(cell.stream, "stdout"),
                 on_stderr=cell.thread_safe(cell.stream, "stderr"),
                 on_message=cell.thread_safe(cell.message),
+                isolation=self.cell_isolation(),
             )
         except (SandboxError, OSError) as exc:
             return self._publish_error("SandboxError", str(exc), [f"SandboxError: {exc}"])
@@ -336,8 +372,8 @@ class CellboxKernel(Kernel):
             "allow_stdin": allow_stdin,
             "user_expressions": user_expressions,
             "carry_state": self.carry_state,
-            "state_in": str(self._state_dir / "state.pickle"),
-            "state_out": str(self._state_dir / f"state-{self.execution_count}.new"),
+            "state_in": str(self._state_dir / STATE_FILE),
+            "state_out": str(self._state_dir / f"cellbox-state-{self.execution_count}.new"),
             "history": self._inputs[:-1] if store_history else self._inputs,
             "limits": limits.as_dict(),
         }
@@ -345,8 +381,9 @@ class CellboxKernel(Kernel):
         for directory in (self.task.home, self.task.work, self.task.tmp, self._state_dir):
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         # A new file (O_EXCL), never a path a cell could have made a symlink.
-        fd, name = tempfile.mkstemp(prefix="cell-", suffix=".json", dir=self._state_dir)
+        fd, name = tempfile.mkstemp(prefix="cellbox-cell-", suffix=".json", dir=self._state_dir)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(fd, 0o644)  # readable by the cell's user; tmp/ itself is closed to others
             json.dump(spec, f)
         return Path(name)
 
@@ -356,6 +393,8 @@ class CellboxKernel(Kernel):
         ``code`` is the cell without its ``%%limits`` line, kept for completion when the cell succeeded.
         """
         self._last_outcome = _outcome_metadata(outcome)
+        if self.isolation != "none":
+            self._warn_once({note: "" for note in outcome.notes}, "cellbox: note: {names}")
         if outcome.status is Status.OK:
             self._accept_state(cell)
             self._good_sources.append(code)
@@ -376,10 +415,7 @@ class CellboxKernel(Kernel):
             reply.update(cell.failed or {})
             return self._error_reply(reply, cell.payload)
         if named is None:
-            named = (
-                "CellExitedError",
-                f"the cell's process ended with exit status {outcome.exit_code} before the cell finished",
-            )
+            named = "CellExitedError", _exit_reason(outcome)
         ename, evalue = named
         if ename == "KeyboardInterrupt" and last and last["ename"] == "KeyboardInterrupt":
             return self._publish_error(**last)
@@ -392,15 +428,18 @@ class CellboxKernel(Kernel):
             return
         new = Path(cell.new_state)
         if new.parent == self._state_dir and new.exists():
-            os.replace(new, self._state_dir / "state.pickle")
-        fresh = {name: why for name, why in cell.dropped.items() if name not in self._warned}
+            os.replace(new, self._state_dir / STATE_FILE)
+        self._warn_once(
+            cell.dropped, "cellbox: these names cannot be carried to the next cells, which will not see them: {names}"
+        )
+
+    def _warn_once(self, items: dict[str, str], template: str) -> None:
+        """Write ``template`` with the items not warned about before (``name (why)``) to stderr."""
+        fresh = {name: why for name, why in items.items() if name not in self._warned}
         if fresh:
             self._warned.update(fresh)
-            listed = ", ".join(f"{name} ({why})" for name, why in sorted(fresh.items()))
-            self._stream(
-                "stderr",
-                f"cellbox: these names cannot be carried to the next cells, which will not see them: {listed}\n",
-            )
+            names = ", ".join(f"{name} ({why})" if why else name for name, why in sorted(fresh.items()))
+            self._stream("stderr", template.format(names=names) + "\n")
 
     def _publish_error(self, ename: str, evalue: str, traceback: list[str]) -> dict[str, Any]:
         content = {"ename": ename, "evalue": evalue, "traceback": traceback}
@@ -661,7 +700,7 @@ def _remove_stale_task_directories() -> None:
     """
     import glob
 
-    for pid_file in glob.glob(os.path.join(tempfile.gettempdir(), TASK_PREFIX + "*", "kernel", "pid")):
+    for pid_file in glob.glob(os.path.join(tempfile.gettempdir(), TASK_PREFIX + "*", PID_FILE)):
         try:
             pid = int(Path(pid_file).read_text())
             if os.stat(pid_file).st_uid != os.geteuid():
@@ -673,7 +712,7 @@ def _remove_stale_task_directories() -> None:
         except (OSError, ValueError):
             continue
         if not alive:
-            TaskDirectory(*(Path(pid_file).parent.parent / part for part in ("", "home", "work", "tmp"))).remove()
+            TaskDirectory(*(Path(pid_file).parent / part for part in ("", "home", "work", "tmp"))).remove()
 
 
 def _pick(message: dict[str, Any], *keys: str) -> dict[str, Any]:
