@@ -233,7 +233,7 @@ def test():
     if alive(pid):
         os.kill(pid, signal.SIGKILL)
         raise Feedback("the grandchild was still alive after run_tree returned: kill the group even when the child exited")
-    expect(got == "ok" and took < 4, f"gave {got!r} after {took:.1f} s for a child that exits at once")
+    expect(got == "ok", f"gave {got!r} after {took:.1f} s for a child that exits at once: is its stdout still being read?")
     got = run_tree(spawn_grandchild(30, 60), 1)
     expect(got == "timed_out", f"a child that never ends gave {got!r} with wall=1, expected 'timed_out'")
     return "the deadline holds and nothing the child started survives"

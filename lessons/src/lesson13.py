@@ -174,10 +174,12 @@ supervisor still found and killed the process it left behind (`killed=1`).
 `cellbox grade SUBMISSIONS --tests TESTS --out DIR` grades each entry of a folder (a package folder, a `.zip`, a
 single `.py`, or a notebook) in its own throwaway virtualenv, inside the sandbox, against hidden pytest tests, and
 writes `results.json`, `grades.csv`, `junit.xml` and `report.html`. Three submissions of lesson 1's exercise: an
-honest one, a buggy one, and one that fakes success with `os._exit(0)`.
+honest one, a buggy one, and one that fakes success with `os._exit(0)`. Grading takes a few seconds, more on a
+busy machine, so the cell's first line gives it two minutes instead of the session's default.
 """)
 
 code("""
+%%limits wall=120
 import csv, shutil, tempfile, textwrap
 
 work = tempfile.mkdtemp(prefix="lesson13-")
