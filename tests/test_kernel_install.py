@@ -133,3 +133,9 @@ def test_bad_setting_in_a_spec_names_the_setting(tmp_path: Path) -> None:
     )
     assert started.returncode != 0
     assert "CellboxKernel.wall_time (wall_time): a time limit must be positive, got -1.0" in started.stderr
+
+
+def test_install_can_ask_for_isolation(tmp_path: Path) -> None:
+    assert main(["install", "--prefix", str(tmp_path), "--name", "fenced", "--isolation", "auto", "--network"]) == 0
+    spec = json.loads((tmp_path / "share" / "jupyter" / "kernels" / "fenced" / "kernel.json").read_text())
+    assert spec["argv"][5:] == ["--CellboxKernel.isolation=auto", "--CellboxKernel.network=True"]

@@ -25,6 +25,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from .isolation import MODES
 from .limits import Limits, format_size
 
 __all__ = ["kernel_json", "write_spec", "logo_png", "LOGO_SVG", "add_parser", "DEFAULT_NAME"]
@@ -125,10 +126,15 @@ def _limit_argv(limits: Limits) -> list[str]:
     return argv
 
 
-def kernel_json(display_name: str = DEFAULT_DISPLAY_NAME, limits: Limits | None = None) -> dict[str, Any]:
-    """The kernel.json content for a spec whose cells get ``limits`` by default."""
+def kernel_json(
+    display_name: str = DEFAULT_DISPLAY_NAME, limits: Limits | None = None, settings: list[str] | None = None
+) -> dict[str, Any]:
+    """The kernel.json content for a spec whose cells get ``limits`` by default.
+
+    ``settings`` are more ``--CellboxKernel.NAME=VALUE`` arguments (isolation, network).
+    """
     argv = ["python", "-m", "cellbox.kernel", "-f", "{connection_file}"]
-    argv += _limit_argv(limits or Limits())
+    argv += _limit_argv(limits or Limits()) + list(settings or [])
     return {
         "argv": argv,
         "display_name": display_name,
@@ -139,12 +145,16 @@ def kernel_json(display_name: str = DEFAULT_DISPLAY_NAME, limits: Limits | None 
 
 
 def write_spec(
-    directory: str | os.PathLike[str], display_name: str = DEFAULT_DISPLAY_NAME, limits: Limits | None = None
+    directory: str | os.PathLike[str],
+    display_name: str = DEFAULT_DISPLAY_NAME,
+    limits: Limits | None = None,
+    settings: list[str] | None = None,
 ) -> Path:
     """Write kernel.json and the logos into ``directory`` (created if missing); return it."""
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
-    (path / "kernel.json").write_text(json.dumps(kernel_json(display_name, limits), indent=1) + "\n", encoding="utf-8")
+    spec = kernel_json(display_name, limits, settings)
+    (path / "kernel.json").write_text(json.dumps(spec, indent=1) + "\n", encoding="utf-8")
     (path / "logo-32x32.png").write_bytes(logo_png(32))
     (path / "logo-64x64.png").write_bytes(logo_png(64))
     (path / "logo-svg.svg").write_text(LOGO_SVG, encoding="utf-8")
@@ -171,6 +181,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--name", default=DEFAULT_NAME, help=f"kernelspec name (default: {DEFAULT_NAME})")
     parser.add_argument("--display-name", help="name shown in Jupyter (default: 'Python 3 (NAME)')")
     add_limit_options(parser)
+    group = parser.add_argument_group("isolation (see `cellbox doctor`)")
+    group.add_argument(
+        "--isolation", choices=MODES, help="isolation layers for every cell: none (default), auto or strict"
+    )
+    group.add_argument("--network", action="store_true", help="with isolation on, let cells use the network")
     parser.set_defaults(func=_cmd_install)
 
 
@@ -185,9 +200,11 @@ def _cmd_install(args: argparse.Namespace) -> int:
     if not args.name or not all(c.isalnum() or c in "-._" for c in args.name):
         raise UsageError(f"--name {args.name!r}: use letters, digits, '-', '.' and '_' only")
     limits = limits_from_args(args)
+    settings = [f"--CellboxKernel.isolation={args.isolation}"] if args.isolation else []
+    settings += ["--CellboxKernel.network=True"] if args.network else []
     display = args.display_name or ("Python 3 (cellbox)" if args.name == DEFAULT_NAME else f"Python 3 ({args.name})")
     with tempfile.TemporaryDirectory() as tmp:
-        source = write_spec(Path(tmp) / args.name, display, limits)
+        source = write_spec(Path(tmp) / args.name, display, limits, settings)
         try:
             dest = KernelSpecManager().install_kernel_spec(
                 str(source),
