@@ -256,18 +256,24 @@ def test_interrupting_input_says_so_without_kernel_internals(notebook: Callable[
     expect(nb.run(1)).to_have_text("next cell ran")
 
 
-def test_variables_carry_from_one_cell_to_the_next(notebook: Callable[..., Any]) -> None:
+def test_variables_carry_from_cell_to_cell_until_the_restart_button(notebook: Callable[..., Any]) -> None:
     from playwright.sync_api import expect
 
     nb = notebook(
         [
             'scores = {"ada": 9, "bob": 7}\n\ndef double(n):\n    return 2 * n',
             'scores["bob"] += 1\ndouble(scores["ada"]), scores',
+            'print("scores" in globals())',
         ]
     )
     nb.run(0)
     expect(nb.run(1).locator(RESULT)).to_have_text("(18, {'ada': 9, 'bob': 8})")
+    expect(nb.run(2)).to_have_text("True")
     nb.screenshot("10-variables-carried", 1)
+    nb.restart()
+    expect(nb.run(2)).to_have_text("False")  # a restart forgets every name, as in any kernel
+    expect(nb.prompt(2)).to_have_text("[1]:")
+    nb.screenshot("11-after-restart", 2)
 
 
 def test_lesson_notebook_runs_and_its_check_gives_friendly_feedback(page: Any, lab: Any) -> None:
@@ -279,13 +285,13 @@ def test_lesson_notebook_runs_and_its_check_gives_friendly_feedback(page: Any, l
     shutil.copy(LESSON, lab.root / LESSON.name)
     nb = Notebook(page, lab, LESSON.name, SCREENSHOTS).open()
     expect(nb.panel.locator(".jp-Toolbar-kernelName")).to_contain_text("Python 3 (cellbox)")
-    nb.screenshot("11-lesson-opened")
+    nb.screenshot("12-lesson-opened")
     nb.run(cells["setup"])  # hidden: the check helpers
     expect(nb.run(cells["demo"])).to_contain_text("returncode: 0")
-    nb.screenshot("12-lesson-demo", cells["demo"])
+    nb.screenshot("13-lesson-demo", cells["demo"])
     nb.run(cells["exercise"])  # the scaffold, not done yet
     expect(nb.run(cells["check"])).to_contain_text("not done yet")
-    nb.screenshot("13-lesson-check", cells["check"])
+    nb.screenshot("14-lesson-check", cells["check"])
 
 
 def lesson_cells(path: Path) -> dict[str, int]:

@@ -90,6 +90,13 @@ class JupyterLab:
         for kernel in self.api("GET", "api/kernels"):
             self.api("DELETE", f"api/kernels/{kernel['id']}")
 
+    def kernel_pids(self) -> set[int]:
+        """Process ids of the server's kernels (its direct children)."""
+        try:
+            return {child.pid for child in psutil.Process(self.process.pid).children()}
+        except psutil.NoSuchProcess:
+            return set()
+
     def log_tail(self, lines: int = 30) -> str:
         """The last ``lines`` lines of the server's log, for error messages."""
         text = self.log.read_text(encoding="utf-8", errors="replace") if self.log.exists() else ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -140,6 +141,23 @@ class Notebook:
     def interrupt(self) -> None:
         """Click the toolbar's interrupt button (the square)."""
         self.panel.locator('.jp-NotebookPanel-toolbar [data-command="notebook:interrupt-kernel"]').click()
+
+    def restart(self) -> None:
+        """Click the toolbar's restart button, confirm the dialog, and wait until the new kernel is idle.
+
+        The status bar may still say ``Idle`` for a moment after the click, so the
+        wait starts once the server runs a new kernel process: by then the page
+        has marked the kernel as restarting.
+        """
+        before = self.lab.kernel_pids()
+        self.panel.locator('.jp-NotebookPanel-toolbar [data-command="notebook:restart-kernel"]').click()
+        self.page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept").click()
+        deadline = time.monotonic() + OPEN_TIMEOUT / 1000
+        while not self.lab.kernel_pids() - before:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no new kernel process within {OPEN_TIMEOUT / 1000:g} s of the restart")
+            time.sleep(0.1)
+        self.wait_for_idle_kernel()
 
     def screenshot(self, name: str, index: int | None = None) -> Path:
         """Save what the tab shows now, with cell ``index`` scrolled into view, as ``NAME.png``."""
