@@ -86,7 +86,8 @@ def test_jupyterlab_command_serves_the_lessons_folder_and_opens_a_lesson() -> No
     command = jupyterlab_command(LESSONS, notebook)
     assert command[:3] == [sys.executable, "-m", "jupyterlab"]
     assert f"--ServerApp.root_dir={LESSONS}" in command
-    assert command[-1] == str(notebook)
+    assert command[-1] == "01-separate-process.ipynb"
+    assert jupyterlab_command(LESSONS, LESSONS / "solutions" / notebook.name)[-1] == f"solutions/{notebook.name}"
 
 
 def test_readme_first_command_installs_the_lessons_extra_and_opens_the_lessons() -> None:

@@ -151,7 +151,8 @@ def jupyterlab_command(folder: Path, notebook: Path | None = None) -> list[str]:
     if os.geteuid() == 0:
         command.append("--allow-root")  # JupyterLab refuses to start as root without it
     if notebook is not None:
-        command.append(str(notebook))
+        # JupyterLab opens a path given relative to its root directory (the process's working directory).
+        command.append(str(notebook.relative_to(folder)) if notebook.is_relative_to(folder) else str(notebook))
     return command
 
 
