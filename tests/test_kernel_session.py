@@ -352,3 +352,14 @@ def test_cell_whose_directory_nobody_can_enter_says_why(tmp_path: Path, require_
         result = execute(kc, "print(1)")
         assert result.content["ename"] == "CellExitedError"
         assert result.content["evalue"].startswith("the cell could not start: user 'nobody' cannot enter the working")
+
+
+def test_a_thread_left_running_ends_with_its_cell(kc: BlockingKernelClient) -> None:
+    code = "import threading, time\nthreading.Thread(target=time.sleep, args=(300,)).start()\nprint('on')"
+    result = execute(kc, code)
+    assert result.status == "ok"
+    assert (result.stream(), result.stream("stderr")) == (
+        "on\n",
+        "cellbox: 1 thread was still running when the cell ended, and stopped with it\n",
+    )
+    assert result.metadata["cellbox"]["wall_time"] < 30  # the cell did not wait for the thread

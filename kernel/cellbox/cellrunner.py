@@ -379,12 +379,29 @@ def run(spec: dict[str, Any]) -> int:
     return 0
 
 
+def _end_process(status: int) -> None:
+    """Leave now, without waiting for threads the cell started: they end with their cell."""
+    import threading
+
+    running = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if running:
+        count = "1 thread was" if len(running) == 1 else f"{len(running)} threads were"
+        print(f"cellbox: {count} still running when the cell ended, and stopped with it", file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``python -m cellbox.cellrunner SPEC.json``."""
+    """Entry point: ``python -m cellbox.cellrunner SPEC.json``; ends the process with the cell's status."""
     args = sys.argv[1:] if argv is None else argv
     with open(args[0], encoding="utf-8") as f:
         spec = json.load(f)
-    return run(spec)
+    _end_process(run(spec))
+    return 0  # not reached
 
 
 if __name__ == "__main__":
