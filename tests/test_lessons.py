@@ -124,6 +124,49 @@ def test_grading_tests_exist_for_every_lesson_with_exercises() -> None:
         assert f'"nb_{module}"' in path.read_text()
 
 
+def _load_lessonkit() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("lessonkit", LESSONS / "lessonkit.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_check_helper_turns_every_failure_into_one_friendly_line(capsys: pytest.CaptureFixture[str]) -> None:
+    kit = _load_lessonkit()
+
+    def scaffold() -> None:
+        raise NotImplementedError
+
+    def wrong() -> None:
+        kit.expect(1 + 1 == 3, "run_isolated returned 1 for code that succeeds: did you compare returncode with 0?")
+
+    def crashing() -> None:
+        {}["key"]
+
+    def forgotten() -> None:
+        raise NameError("name 'alive' is not defined")
+
+    for test in (scaffold, wrong, crashing, forgotten, lambda: "it works"):
+        assert kit.check("run_isolated", test) is None
+    assert capsys.readouterr().out.splitlines() == [
+        f"{TODO} run_isolated: not done yet: replace the NotImplementedError in run_isolated",
+        f"{FAIL} run_isolated: run_isolated returned 1 for code that succeeds: did you compare returncode with 0?",
+        f"{FAIL} run_isolated raised KeyError: 'key'",
+        f"{FAIL} run_isolated raised NameError: name 'alive' is not defined; "
+        "if it comes from an earlier cell, run the cells above first",
+        f"{PASS} run_isolated: it works",
+    ]
+
+
+def test_every_notebook_starts_with_the_lessonkit_setup_cell() -> None:
+    kit = (LESSONS / "lessonkit.py").read_text()
+    for path in [*STUDENT.values(), *SOLUTION.values()]:
+        first = _read(path).cells[0]
+        assert first.metadata.tags == ["setup"] and first.metadata.jupyter == {"source_hidden": True}
+        assert first.source.endswith(kit.strip("\n"))
+
+
 # ------------------------------------------------------------------ running them
 
 
