@@ -315,3 +315,11 @@ def test_run_all_stops_at_the_first_error(kc: BlockingKernelClient) -> None:
         msg = kc.get_shell_msg(timeout=60)
         replies[msg["parent_header"]["msg_id"]] = msg["content"]["status"]
     assert replies == {first: "error", second: "aborted"}
+
+
+def test_memory_error_without_a_memory_limit_says_the_machine_ran_out() -> None:
+    outcome = Outcome(Status.MEMORY_LIMIT, 1, None, 1.0, 0.5, 10**9, "", "MemoryError\n", False)
+    assert error_for_outcome(outcome, Limits(memory=None)) == (
+        "CellMemoryLimitError",
+        "the cell asked for more memory than the machine could give and was stopped",
+    )

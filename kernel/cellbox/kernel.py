@@ -105,8 +105,10 @@ def error_for_outcome(outcome: Outcome, limits: Limits) -> tuple[str, str] | Non
             f"the cell used up its {format_time(limits.cpu_time)} of CPU time (RLIMIT_CPU) and was stopped. "
             f"If the work is meant to be that long, put %%limits cpu={_twice(limits.cpu_time)} on the cell's first line"
         )
+    if status is Status.MEMORY_LIMIT and limits.memory is None:
+        return "CellMemoryLimitError", "the cell asked for more memory than the machine could give and was stopped"
     if status is Status.MEMORY_LIMIT:
-        cap = format_size(limits.memory) if limits.memory else "the machine's"
+        cap = format_size(limits.memory or 0)
         return "CellMemoryLimitError", (
             f"the cell asked for more memory than its {cap} limit allows and was stopped. The limit caps the "
             "address space of each process (RLIMIT_AS), so an allocation past it fails with MemoryError. "
@@ -140,7 +142,7 @@ def _twice(seconds: float) -> str:
 
 
 def _more_memory(memory: int | None) -> str:
-    return format_size(memory * 2) if memory else "4G"
+    return format_size((memory or 0) * 2)
 
 
 class CellboxKernel(Kernel):
