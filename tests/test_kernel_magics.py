@@ -139,3 +139,12 @@ def test_matplotlib_inline_magic_is_accepted(kc: BlockingKernelClient) -> None:
 def test_exit_asks_the_frontend(kc: BlockingKernelClient) -> None:
     result = execute(kc, "exit()")
     assert result.content["payload"] == [{"source": "ask_exit", "keepkernel": False}]
+
+
+def test_limits_line_below_the_first_line_is_refused_before_the_cell_runs(kc: BlockingKernelClient) -> None:
+    result = execute(kc, "# setting up\n%%limits wall=5\nprint('ran')")
+    assert (result.content["ename"], result.content["evalue"]) == (
+        "LimitError",
+        "%%limits line: %%limits works on the first line of a cell only; move it there",
+    )
+    assert result.stream() == ""

@@ -58,6 +58,8 @@ def split_limits_line(code: str) -> tuple[dict[str, str] | None, str]:
     first, newline, rest = code.lstrip("\n").partition("\n")
     words = first.split()
     if not words or words[0] != "%%limits":
+        if not first.startswith("%%") and any(line.split()[:1] == ["%%limits"] for line in rest.splitlines()):
+            raise LimitError("%%limits works on the first line of a cell only; move it there", source="%%limits line")
         return None, code
     values: dict[str, str] = {}
     for word in words[1:]:
