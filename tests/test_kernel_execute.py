@@ -243,7 +243,7 @@ def test_timeout_message_counts_the_processes_it_killed() -> None:
 
 
 def test_busy_loop_is_a_cpu_limit_error(kc: BlockingKernelClient) -> None:
-    result = execute(kc, "%%limits cpu=1 wall=120\nwhile True:\n    pass")
+    result = execute(kc, "%%limits cpu=1 wall=120\nwhile True:\n    pass", timeout=150)
     [error] = result.errors
     assert error["ename"] == "CellCPULimitError"
     assert error["evalue"] == (
