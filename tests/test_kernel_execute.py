@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 
-from cellbox.kernel import error_for_outcome
+from cellbox.cellerrors import error_for_outcome
 from cellbox.limits import Limits
 from cellbox.outcome import Outcome, Status
 from kernelkit import execute, running_kernel, survivors

@@ -1,0 +1,91 @@
+"""The words a student sees when the sandbox stopped a cell: an error name and one sentence.
+
+The kernel turns a run's :class:`~cellbox.outcome.Outcome` into an ``error``
+message with these; the README's table of cell errors is written from them.
+"""
+
+from __future__ import annotations
+
+from .limits import Limits, format_size, format_time
+from .outcome import Outcome, Status
+
+__all__ = ["error_for_outcome", "exit_reason"]
+
+# Human names of the signals a crashed cell most often dies of.
+_SIGNAL_WORDS = {
+    "SIGSEGV": "a segmentation fault: the process touched memory it does not own",
+    "SIGABRT": "an abort: a library found itself in an impossible state",
+    "SIGBUS": "a bus error: a bad memory access",
+    "SIGFPE": "an arithmetic error in compiled code",
+    "SIGKILL": "SIGKILL, sent by something outside the cell (for example the system's out-of-memory killer)",
+    "SIGTERM": "SIGTERM, a request to stop from outside the cell",
+    "SIGILL": "an illegal instruction in compiled code",
+}
+
+
+def _processes(n: int) -> str:
+    return "1 process" if n == 1 else f"{n} processes"
+
+
+def _stopped(outcome: Outcome) -> str:
+    """``it was stopped`` or ``it and the 3 processes it started were stopped``."""
+    if outcome.killed_processes:
+        return f"it and the {_processes(outcome.killed_processes)} it started were stopped"
+    return "it was stopped"
+
+
+def error_for_outcome(outcome: Outcome, limits: Limits) -> tuple[str, str] | None:
+    """The ``(ename, evalue)`` a student sees for a run that hit a limit or crashed.
+
+    Returns ``None`` for ``ok`` and ``error`` (the cell's own exception is shown
+    then).  The words follow the README's status table.
+    """
+    status = outcome.status
+    if status is Status.TIMED_OUT:
+        return "CellTimeoutError", (
+            f"the cell ran past its {format_time(limits.wall_time)} wall-clock limit; {_stopped(outcome)}. "
+            f"If it needs longer, put %%limits wall={_twice(limits.wall_time)} on the cell's first line"
+        )
+    if status is Status.CPU_LIMIT:
+        return "CellCPULimitError", (
+            f"the cell used up its {format_time(limits.cpu_time)} of CPU time (RLIMIT_CPU) and was stopped. "
+            f"If the work is meant to be that long, put %%limits cpu={_twice(limits.cpu_time)} on the cell's first line"
+        )
+    if status is Status.MEMORY_LIMIT and limits.memory is None:
+        return "CellMemoryLimitError", "the cell asked for more memory than the machine could give and was stopped"
+    if status is Status.MEMORY_LIMIT:
+        cap = format_size(limits.memory or 0)
+        return "CellMemoryLimitError", (
+            f"the cell asked for more memory than its {cap} limit allows and was stopped. The limit caps the "
+            "address space of each process (RLIMIT_AS), so an allocation past it fails with MemoryError. "
+            f"If the cell really needs more, put %%limits memory={_more_memory(limits.memory)} on its first line"
+        )
+    if status is Status.OUTPUT_LIMIT:
+        return "CellOutputLimitError", (
+            f"the cell printed more than its {format_size(limits.output)} output limit; {_stopped(outcome)}. "
+            "Print less (a summary, or the first lines), or put "
+            f"%%limits output={format_size(limits.output * 4)} on the cell's first line"
+        )
+    if status is Status.INTERRUPTED:
+        return "KeyboardInterrupt", "the cell was interrupted"
+    if status is Status.CRASHED:
+        name = outcome.signal or "a signal"
+        words = _SIGNAL_WORDS.get(name, name)
+        return "CellCrashedError", f"the cell's process was ended by {name} ({words}); the kernel is still alive"
+    return None
+
+
+def exit_reason(outcome: Outcome) -> str:
+    """Why a cell's process ended without an exception: the launcher's reason when it could not start."""
+    last = outcome.stderr.rstrip("\n").rpartition("\n")[2]
+    if outcome.exit_code in (126, 127) and last.startswith("cellbox: "):
+        return f"the cell could not start: {last.removeprefix('cellbox: ')}"
+    return f"the cell's process ended with exit status {outcome.exit_code} before the cell finished"
+
+
+def _twice(seconds: float) -> str:
+    return f"{seconds * 2:g}"
+
+
+def _more_memory(memory: int | None) -> str:
+    return format_size((memory or 0) * 2)
