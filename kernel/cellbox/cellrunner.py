@@ -18,8 +18,8 @@ Exit status: 0 when the cell ran without an uncaught exception, 1 otherwise.
 
 Messages on fd 3 (one JSON object per line, ``"type"`` first):
 ``display_data``, ``update_display_data``, ``clear_output``,
-``execute_result``, ``error``, ``input_request``, ``payload``,
-``user_expressions``, ``state``, ``memory_error``.
+``execute_result``, ``error``, ``failed`` (the reply's ename and evalue),
+``input_request``, ``payload``, ``user_expressions``, ``state``, ``memory_error``.
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ class Channel:
 
     def __init__(self, spec: str | None) -> None:
         write_fd, read_fd = (int(part) for part in (spec or "3,4").split(","))
-        self._out = os.fdopen(write_fd, "wb", buffering=0, closefd=False)
+        # Buffered, so a write cut short (a signal during a large PNG) is completed by flush().
+        self._out = os.fdopen(write_fd, "wb", closefd=False)
         self._in = os.fdopen(read_fd, "rb", buffering=0, closefd=False)
 
     def send(self, message: dict[str, Any]) -> None:
@@ -77,6 +78,7 @@ class Channel:
             except (OSError, ValueError):
                 pass
         self._out.write((json.dumps(message, default=repr) + "\n").encode())
+        self._out.flush()
 
     def receive(self) -> dict[str, Any]:
         """Read one reply line (blocks); an empty dict when the kernel closed the channel."""
