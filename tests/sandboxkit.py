@@ -7,9 +7,13 @@ import sys
 import textwrap
 import uuid
 
+from cellbox.forkserver import ForkServer
 from cellbox.limits import Limits
 from cellbox.outcome import Outcome
 from cellbox.sandbox import run
+
+# Set (by test_sandbox_forkserver's fixture) to run every program through a fork server.
+FORKSERVER: ForkServer | None = None
 
 
 def marker() -> str:
@@ -23,12 +27,22 @@ def run_python(code: str, mark: str | None = None, **options: object) -> Outcome
     if mark:
         source += f"\n# {mark}\n"
     limits = options.pop("limits", None) or Limits(wall_time=10, cpu_time=10, memory=512 * 1024**2)
-    return run([sys.executable, "-c", source], limits=limits, **options)  # type: ignore[arg-type]
+    if FORKSERVER is None:
+        return run([sys.executable, "-c", source], limits=limits, **options)  # type: ignore[arg-type]
+    argv = [sys.executable, "-m", "cellbox._testprog", source]
+    outcome = run(argv, limits=limits, forkserver=FORKSERVER, **options)  # type: ignore[arg-type]
+    assert "forkserver" in outcome.isolation, f"the run was spawned, not forked: {outcome.notes}"
+    return outcome
 
 
 def survivors(mark: str) -> list[int]:
-    """Pids of live (non-zombie) processes whose command line contains ``mark``."""
-    found = []
+    """Pids of live (non-zombie) processes whose command line contains ``mark``.
+
+    With a fork server, forked processes keep the server's command line: then
+    every live process below the server's launcher but the server and its
+    spare pair counts too (a run's orphans are re-parented up that tree).
+    """
+    found = forked_survivors() if FORKSERVER is not None else []
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == os.getpid():
             continue
@@ -41,6 +55,33 @@ def survivors(mark: str) -> list[int]:
             continue
         if mark.encode() in cmdline and state != b"Z":
             found.append(int(name))
+    return found
+
+
+def forked_survivors() -> list[int]:
+    """Live processes below the fork server's launcher that are neither the server nor its spare."""
+    assert FORKSERVER is not None
+    root = FORKSERVER.launcher_pid
+    children: dict[int, list[int]] = {}
+    names: dict[int, tuple[bytes, bytes]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                head, _, tail = f.read().rpartition(b")")
+        except OSError:
+            continue
+        fields = tail.split()
+        children.setdefault(int(fields[1]), []).append(int(name))
+        names[int(name)] = (head.partition(b"(")[2], fields[0])
+    found, todo = [], [root]
+    while todo:
+        for pid in children.get(todo.pop(), []):
+            todo.append(pid)
+            comm, state = names[pid]
+            if pid != FORKSERVER.pid and comm != b"cellbox-spare" and state != b"Z":
+                found.append(pid)
     return found
 
 

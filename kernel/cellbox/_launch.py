@@ -121,11 +121,17 @@ def apply_limits(spec, status_fd):
             resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
 
 
-def apply_priority(spec, status_fd):
+def apply_priority(spec, status_fd, exact=False):
+    """Set the command's niceness and I/O class.
+
+    A spawned command only ever lowers its priority.  A fork-server child
+    (``exact``) starts at the server's low priority and is set to the run's
+    value both ways, which needs CAP_SYS_NICE to go back up (setpriority(2)).
+    """
     nice = spec["limits"]["nice"]
     try:
         current = os.getpriority(os.PRIO_PROCESS, 0)
-        if nice > current:
+        if nice > current or (exact and nice != current):
             os.setpriority(os.PRIO_PROCESS, 0, nice)
     except OSError as exc:
         note(status_fd, f"nice: could not be set ({exc.strerror})")
@@ -250,35 +256,48 @@ def add_landlock_rule(ruleset, path, rights):
         os.close(fd)
 
 
+def prepare_command(spec, status_fd, exact_priority=False):
+    """In the command's process: group, signals, fds, priority, user, limits, Landlock.
+
+    The one implementation of the command's set-up, for the spawned launcher
+    (then ``execvp``) and for a fork-server child (then the module runs in this
+    interpreter).  Returns the status fd, moved high and close-on-exec.
+    Exits with 126 (after an ``exec_error`` record) when the working directory
+    or the program is out of reach; raises OSError when a step fails.
+    """
+    signal.set_wakeup_fd(-1)
+    # Keep the status pipe out of the command's way; close-on-exec drops it.
+    inherited, status_fd = status_fd, fcntl.fcntl(status_fd, fcntl.F_DUPFD_CLOEXEC, HIGH_FD)
+    os.close(inherited)
+    os.setpgid(0, 0)
+    for name in RESET_SIGNALS:
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    if spec.get("cgroup"):
+        with open(os.path.join(spec["cgroup"], "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+    place_fds(spec.get("fds", []))
+    apply_priority(spec, status_fd, exact=exact_priority)
+    switch_user(spec)
+    apply_limits(spec, status_fd)
+    problem = check_reachable(spec)
+    if problem:
+        emit(status_fd, {"event": "exec_error", "text": problem})
+        os._exit(126)
+    if spec.get("landlock"):
+        try:
+            apply_landlock(spec["landlock"])
+        except OSError as exc:
+            if spec["landlock"].get("required"):
+                raise
+            note(status_fd, f"landlock: not applied ({exc.strerror or exc})")
+    return status_fd
+
+
 def start_command(spec, status_fd):
     """In the forked child: limits, priority, user, then exec.  Never returns."""
     try:
-        signal.set_wakeup_fd(-1)
-        # Keep the status pipe out of the command's way; close-on-exec drops it.
-        inherited, status_fd = status_fd, fcntl.fcntl(status_fd, fcntl.F_DUPFD_CLOEXEC, HIGH_FD)
-        os.close(inherited)
-        os.setpgid(0, 0)
-        for name in RESET_SIGNALS:
-            signal.signal(getattr(signal, name), signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        if spec.get("cgroup"):
-            with open(os.path.join(spec["cgroup"], "cgroup.procs"), "w") as f:
-                f.write(str(os.getpid()))
-        place_fds(spec.get("fds", []))
-        apply_priority(spec, status_fd)
-        switch_user(spec)
-        apply_limits(spec, status_fd)
-        problem = check_reachable(spec)
-        if problem:
-            emit(status_fd, {"event": "exec_error", "text": problem})
-            os._exit(126)
-        if spec.get("landlock"):
-            try:
-                apply_landlock(spec["landlock"])
-            except OSError as exc:
-                if spec["landlock"].get("required"):
-                    raise
-                note(status_fd, f"landlock: not applied ({exc.strerror or exc})")
+        status_fd = prepare_command(spec, status_fd)
         argv = spec["argv"]
         os.execvp(argv[0], argv)
     except OSError as exc:
@@ -426,14 +445,17 @@ class Supervisor:
         emit(self.status_fd, record)
 
 
-def main():
-    spec = json.loads(sys.argv[1])
-    status_fd, control_fd = spec["status_fd"], spec["control_fd"]
+def become_subreaper(status_fd):
+    """Make this process a child subreaper (prctl(2)); say so on the status pipe when it cannot."""
     try:
         if libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
             note(status_fd, "subreaper: prctl failed; a setsid daemon may escape the kill")
     except (OSError, AttributeError):
         note(status_fd, "subreaper: not available; a setsid daemon may escape the kill")
+
+
+def supervisor_signals():
+    """The supervisor's signal set-up; returns the read end of its wake-up pipe."""
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
@@ -442,23 +464,36 @@ def main():
     # must not take the supervisor away before it has cleaned up.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return wake_r, wake_w
+
+
+def supervise(spec, status_fd, control_fd, child, wake_r, command_fds):
+    """Drop the command's streams, then supervise ``child`` to its end and report."""
+    # The supervisor keeps none of the command's streams, so the parent sees
+    # end-of-file as soon as the command's processes are gone.
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    for fd in command_fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    Supervisor(spec, status_fd, control_fd, child).run(wake_r)
+
+
+def main():
+    spec = json.loads(sys.argv[1])
+    status_fd, control_fd = spec["status_fd"], spec["control_fd"]
+    become_subreaper(status_fd)
+    wake_r, wake_w = supervisor_signals()
     child = os.fork()
     if child == 0:
         os.close(wake_r)
         os.close(wake_w)
         os.close(control_fd)
         start_command(spec, status_fd)
-    # The supervisor keeps none of the command's streams, so the parent sees
-    # end-of-file as soon as the command's processes are gone.
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-    for source, _target in spec.get("fds", []):
-        try:
-            os.close(source)
-        except OSError:
-            pass
-    Supervisor(spec, status_fd, control_fd, child).run(wake_r)
+    supervise(spec, status_fd, control_fd, child, wake_r, [source for source, _target in spec.get("fds", [])])
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ Typical use::
     assert outcome.status is Status.OK
 
 The kernel and the grader start children only through :func:`start` /
-:func:`run`; the fork-server start of a later release sits behind the same API.
+:func:`run`.  With ``forkserver=`` (a :class:`~cellbox.forkserver.ForkServer`)
+a ``python -m MODULE`` run is forked from a warm server instead of spawned; the
+pipes, the pump and the classification below are the same for both.
 """
 
 from __future__ import annotations
@@ -34,12 +36,15 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .environment import TaskDirectory, build_environment
 from .isolation import BWRAP_LAYERS, Isolation, Plan, bwrap_prefix, count_user_tasks, landlock_rules, make_plan, probe
 from .limits import Limits
 from .outcome import Outcome, Status
+
+if TYPE_CHECKING:
+    from .forkserver import ForkServer
 
 __all__ = [
     "run",
@@ -161,6 +166,28 @@ class _Stream:
         return "".join(self.parts)
 
 
+class _Forked:
+    """A run's supervisor forked by a fork server: the parts of ``subprocess.Popen`` the pump uses.
+
+    It is not this process's child, so it is never waited for: its exit record
+    on the status pipe (or its absence) says how it ended.
+    """
+
+    def __init__(self, pid: int, stdin: int | None, stdout: int, stderr: int) -> None:
+        self.pid = pid
+        self.stdin = os.fdopen(stdin, "wb", buffering=0) if stdin is not None else None
+        self.stdout = os.fdopen(stdout, "rb", buffering=0)
+        self.stderr = os.fdopen(stderr, "rb", buffering=0)
+        self.returncode: int | None = None
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
 class Run:
     """A started run.  Create with :func:`start`; finish with :meth:`wait`.
 
@@ -183,6 +210,8 @@ class Run:
         channel: bool,
         user: str | int | None,
         isolation: Isolation | None = None,
+        forkserver: ForkServer | None = None,
+        pass_fds: Mapping[int, int] | None = None,
     ) -> None:
         if not argv:
             raise SandboxError("nothing to run: the command is empty")
@@ -198,6 +227,10 @@ class Run:
         self._on_message = on_message
         self._closing: list[int] = []
         self.isolation = isolation or DEFAULT_ISOLATION
+        self._forkserver = forkserver
+        self._release: Callable[[], None] | None = None
+        self._pass_fds = dict(pass_fds or {})
+        self.start_method = "spawn"
         try:
             self._start(argv, cwd, env, stdin, on_stdout, on_stderr, channel, user)
         except BaseException:
@@ -220,6 +253,7 @@ class Run:
             self.task.open_to(uid, gid)
             self._isolation.append(f"user:{name}")
         self.as_root = (spec.get("uid", os.geteuid())) == 0
+        self.proc: subprocess.Popen[bytes] | _Forked
         self._setup_processes_limit(spec)
         prefix = self._isolate(plan, spec, argv, child_env) if plan is not None else []
 
@@ -238,11 +272,20 @@ class Run:
             child_env["CELLBOX_CHANNEL"] = ",".join(map(str, CHANNEL_FDS))
             pass_fds += [msg_w, reply_r]
             child_side += [msg_w, reply_r]
+        if self._pass_fds:
+            spec["fds"] = [*spec.get("fds", []), *([s, t] for s, t in self._pass_fds.items())]
+            pass_fds += list(self._pass_fds)
         spec.update(status_fd=status_w, control_fd=control_r)
         stdin_bytes = stdin.encode() if isinstance(stdin, str) else stdin
         try:
             self.started = time.monotonic()
             self.deadline = self.started + self.limits.wall_time
+            forked = self._fork(argv, plan, spec, child_env, stdin_bytes, child_side)
+            if forked is not None:
+                self.proc = forked
+                self._stdin_pending = stdin_bytes or b""
+                self._streams = {"stdout": _Stream(on_stdout), "stderr": _Stream(on_stderr)}
+                return
             # start_new_session is done by subprocess's C code (setsid), not by
             # Python code after fork, so this is safe in a threaded parent.
             self.proc = subprocess.Popen(
@@ -260,6 +303,54 @@ class Run:
                 os.close(fd)
         self._stdin_pending = stdin_bytes or b""
         self._streams = {"stdout": _Stream(on_stdout), "stderr": _Stream(on_stderr)}
+
+    def _fork(
+        self,
+        argv: Sequence[str],
+        plan: Plan | None,
+        spec: dict[str, Any],
+        env: dict[str, str],
+        stdin_bytes: bytes | None,
+        child_side: list[int],
+    ) -> _Forked | None:
+        """Hand the run to the fork server; ``None`` when it is to be spawned (a note says why, when it matters).
+
+        ``child_side`` is ``[control_r, status_w, message_w, reply_r]`` (the
+        channel's two only with a channel), as created for the launcher.
+        """
+        from .forkserver import ForkServerError
+
+        server = self._forkserver
+        if server is None:
+            return None
+        refusal = server.refusal(argv, self.limits, plan.layers if plan is not None else ())
+        if refusal is not None:
+            if refusal:
+                self._notes.append(f"forkserver: {refusal}; the run was spawned")
+            return None
+        names = ["control", "status", "message", "reply"][: len(child_side)]
+        ours: dict[str, int] = {}
+        theirs = dict(zip(names, child_side, strict=True))
+        try:
+            ours["stdout"], theirs["stdout"] = os.pipe()
+            ours["stderr"], theirs["stderr"] = os.pipe()
+            if stdin_bytes is not None:
+                theirs["stdin"], ours["stdin"] = os.pipe()
+            request = {**spec, "env": env, "handoff": list(theirs)}
+            request.pop("fds", None)
+            pid, self._release = server.hand_off(request, list(theirs.values()))
+        except (ForkServerError, OSError) as exc:
+            for fd in ours.values():
+                os.close(fd)
+            self._notes.append(f"forkserver: {exc}; the run was spawned")
+            return None
+        finally:
+            for name, fd in theirs.items():
+                if name in ("stdout", "stderr", "stdin"):
+                    os.close(fd)
+        self.start_method = "forkserver"
+        self._isolation.append("forkserver")
+        return _Forked(pid, ours.get("stdin"), ours["stdout"], ours["stderr"])
 
     def _plan_isolation(self, user: str | int | None) -> Plan | None:
         """Decide the run's isolation layers; in strict mode, refuse a missing one."""
@@ -384,7 +475,12 @@ class Run:
         """Read the run to its end and return its :class:`Outcome`.  Call once."""
         try:
             record, exec_error = self._pump()
-            _pid, wait_status, _usage = os.wait4(self.proc.pid, 0)
+            if isinstance(self.proc, _Forked):
+                # Not our child: its exit record is the report; none means it was killed.
+                wait_status = 0 if record is not None else signal.SIGKILL
+                self.proc.returncode = 0 if record is not None else -signal.SIGKILL
+            else:
+                _pid, wait_status, _usage = os.wait4(self.proc.pid, 0)
             return self._outcome(record, exec_error, wait_status)
         finally:
             self._cleanup()
@@ -623,6 +719,9 @@ class Run:
         if cgroup is not None:
             cgroup.remove()
             self._cgroup = None
+        release, self._release = self._release, None
+        if release is not None:
+            release()
         if self._own_task:
             self.task.remove()
 
@@ -692,6 +791,9 @@ def start(
     channel: bool = False,
     user: str | int | None = None,
     isolation: Isolation | str | None = None,
+    start_method: str | None = None,
+    forkserver: ForkServer | None = None,
+    pass_fds: Mapping[int, int] | None = None,
 ) -> Run:
     """Start ``argv`` in a fresh, limited child process and return its :class:`Run`.
 
@@ -714,6 +816,13 @@ def start(
             :data:`DEFAULT_ISOLATION`.  Active layers are listed in
             ``Outcome.isolation``; a wanted layer this machine lacks is named in
             ``Outcome.notes`` (``auto``) or stops the run (``strict``).
+        start_method: ``"spawn"`` (a new interpreter through the launcher) or
+            ``"forkserver"`` (forked from ``forkserver``; a run it cannot take
+            is spawned, see :meth:`cellbox.forkserver.ForkServer.refusal`).
+            Default: ``"forkserver"`` when a server is given, else ``"spawn"``.
+        forkserver: the :class:`~cellbox.forkserver.ForkServer` to fork from.
+        pass_fds: fds of this process given to the command at other numbers
+            (``{source: target}``), as the fork server's hand-off socket is.
 
     Raises:
         SandboxError: the run could not be started (empty command, missing
@@ -722,6 +831,11 @@ def start(
     """
     if isinstance(isolation, str):
         isolation = Isolation.from_options(mode=isolation, source="isolation")
+    method = start_method or ("forkserver" if forkserver is not None else "spawn")
+    if method not in ("spawn", "forkserver"):
+        raise SandboxError(f"unknown start method {method!r}; use spawn or forkserver")
+    if method == "forkserver" and forkserver is None:
+        raise SandboxError("start method forkserver needs a fork server: pass forkserver=ForkServer(...)")
     return Run(
         argv,
         limits=limits or Limits(),
@@ -735,6 +849,8 @@ def start(
         channel=channel,
         user=user,
         isolation=isolation,
+        forkserver=forkserver if method == "forkserver" else None,
+        pass_fds=pass_fds,
     )
 
 

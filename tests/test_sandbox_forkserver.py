@@ -1,0 +1,249 @@
+"""The fork server: every run forked from a warm server starts pristine, under the same limits.
+
+Two groups: what only a fork server could get wrong (state, randomness, fds,
+threads carried from one run to the next; the server dying or hanging; a
+changed environment), and every adversarial test of the core collected again
+with its programs run as ``python -m cellbox._testprog CODE`` through a fork
+server (the pattern of test_isolation's isolated copies).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import sandboxkit
+import test_sandbox_adversarial as adversarial
+from cellbox.environment import TaskDirectory
+from cellbox.forkserver import ForkServer
+from cellbox.limits import Limits
+from cellbox.outcome import Status
+from cellbox.sandbox import SandboxError, run, start
+
+FORKED_LIMITS = Limits(wall_time=10, cpu_time=10, memory=1024**3)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ForkServer]:
+    """A fork server with only the runner's own modules (small, so 256M memory limits still fork)."""
+    with ForkServer(preload=[]) as fork_server:
+        assert fork_server.wait_ready(60)
+        yield fork_server
+
+
+def forked(server: ForkServer, code: str, **options: object) -> tuple[str, str, tuple[str, ...]]:
+    """Run ``code`` through ``server``; return stdout, stderr and the isolation list."""
+    limits = options.pop("limits", FORKED_LIMITS)
+    outcome = run([sys.executable, "-m", "cellbox._testprog", code], forkserver=server, limits=limits, **options)  # type: ignore[arg-type]
+    assert "forkserver" in outcome.isolation, outcome.notes
+    return outcome.stdout, outcome.stderr, outcome.isolation
+
+
+# --------------------------------------------------------------------------- pristine runs
+
+
+def test_module_attribute_changed_by_one_run_is_not_seen_by_the_next(server: ForkServer) -> None:
+    forked(server, "import json; json.MARK = 'left'; import os; os.sep = '!'")
+    out, err, _ = forked(server, "import json, os; print(getattr(json, 'MARK', 'clean'), os.sep)")
+    assert out == "clean /\n", err
+
+
+def test_monkeypatch_of_a_builtin_is_not_seen_by_the_next_run(server: ForkServer) -> None:
+    forked(server, "import builtins; builtins.print = lambda *a, **k: None")
+    out, _, _ = forked(server, "print('still printing')")
+    assert out == "still printing\n"
+
+
+def test_open_file_and_thread_of_one_run_are_gone_in_the_next(server: ForkServer) -> None:
+    code = """
+import os, threading
+before = sorted(int(fd) for fd in os.listdir('/proc/self/fd'))
+f = open(os.devnull)
+threading.Thread(target=lambda: __import__('time').sleep(0.2), daemon=True).start()
+print(before, threading.active_count())
+"""
+    first, _, _ = forked(server, code)
+    second, _, _ = forked(server, code)
+    assert first == second
+    fds, threads = second.rsplit(" ", 1)
+    assert fds == "[0, 1, 2, 3]"  # the three streams and listdir's own
+    assert threads.strip() == "2"  # the main thread and the one just started
+
+
+def test_two_runs_see_different_random_numbers(server: ForkServer) -> None:
+    code = "import random; print(random.getrandbits(64))"
+    values = {forked(server, code)[0] for _ in range(3)}
+    assert len(values) == 3
+
+
+def test_numpy_global_generator_is_reseeded_in_every_run() -> None:
+    pytest.importorskip("numpy")
+    with ForkServer(preload=["numpy"]) as numpy_server:
+        assert numpy_server.wait_ready(60)
+        assert numpy_server.loaded == ["numpy"]
+        code = "import numpy; print(numpy.random.randint(0, 2**62))"
+        values = {forked(numpy_server, code)[0] for _ in range(3)}
+    assert len(values) == 3
+
+
+def test_run_starts_in_its_working_directory_with_it_first_on_the_path(server: ForkServer, tmp_path: Path) -> None:
+    (tmp_path / "localmod.py").write_text("WHERE = 'local'\n")
+    out, err, _ = forked(server, "import os, localmod; print(os.getcwd(), localmod.WHERE)", cwd=tmp_path)
+    assert out == f"{tmp_path} local\n", err
+
+
+def test_channel_and_stdin_reach_a_forked_run(server: ForkServer) -> None:
+    code = """
+import json, os
+out = os.fdopen(3, 'w')
+out.write(json.dumps({'got': input()}) + '\\n'); out.flush()
+"""
+    messages: list[object] = []
+    run(
+        [sys.executable, "-m", "cellbox._testprog", code],
+        forkserver=server,
+        limits=FORKED_LIMITS,
+        channel=True,
+        stdin="hello\n",
+        on_message=messages.append,
+    )
+    assert messages == [{"got": "hello"}]
+
+
+def test_exit_status_and_keyboard_interrupt_are_those_of_python_m(server: ForkServer) -> None:
+    argv = [sys.executable, "-m", "cellbox._testprog"]
+    assert run([*argv, "raise SystemExit(3)"], forkserver=server).exit_code == 3
+    failed = run([*argv, "1/0"], forkserver=server)
+    assert (failed.exit_code, failed.stderr.splitlines()[-1]) == (1, "ZeroDivisionError: division by zero")
+    interrupted = run([*argv, "raise KeyboardInterrupt"], forkserver=server)
+    assert interrupted.signal == "SIGINT"
+
+
+def test_interrupt_from_another_thread_reaches_a_forked_run(server: ForkServer) -> None:
+    code = "import time\nprint('started', flush=True)\ntime.sleep(30)"
+    handle = start([sys.executable, "-m", "cellbox._testprog", code], forkserver=server, limits=FORKED_LIMITS)
+    threading.Timer(0.5, handle.interrupt).start()
+    outcome = handle.wait()
+    assert outcome.status is Status.INTERRUPTED
+    assert outcome.stdout == "started\n"
+    assert outcome.stderr.splitlines()[-1] == "KeyboardInterrupt"
+    assert outcome.wall_time < 3
+
+
+# --------------------------------------------------------------------------- falling back to spawn
+
+
+def test_command_that_is_not_python_m_is_spawned(server: ForkServer) -> None:
+    outcome = run([sys.executable, "-c", "print(1)"], forkserver=server)
+    assert outcome.stdout == "1\n"
+    assert "forkserver" not in outcome.isolation
+    assert outcome.notes == ()
+
+
+def test_memory_limit_below_the_server_size_is_spawned_with_a_note(server: ForkServer) -> None:
+    outcome = run(
+        [sys.executable, "-m", "cellbox._testprog", "print(1)"], forkserver=server, limits=Limits(memory=64 * 1024**2)
+    )
+    assert outcome.stdout == "1\n"
+    assert "forkserver" not in outcome.isolation
+    assert any("memory limit" in note for note in outcome.notes)
+
+
+def test_dead_server_is_restarted_and_the_run_still_happens() -> None:
+    with ForkServer(preload=[]) as fork_server:
+        assert fork_server.wait_ready(60)
+        first = fork_server.pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        time.sleep(0.3)
+        outcome = run([sys.executable, "-m", "cellbox._testprog", "print(2)"], forkserver=fork_server)
+        assert outcome.stdout == "2\n"
+        assert outcome.status is Status.OK
+        assert fork_server.wait_ready(60)
+        assert fork_server.pid not in (None, first)
+        assert fork_server.restarts >= 1
+
+
+def test_hung_server_times_out_the_hand_off_and_the_run_is_spawned() -> None:
+    with ForkServer(preload=[], handoff_timeout=0.5) as fork_server:
+        assert fork_server.wait_ready(60)
+        assert fork_server.pid is not None
+        os.kill(fork_server.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        outcome = run([sys.executable, "-m", "cellbox._testprog", "print(3)"], forkserver=fork_server)
+        assert time.monotonic() - started < 5
+        assert outcome.stdout == "3\n"
+        assert "forkserver" not in outcome.isolation
+        assert any(note.startswith("forkserver:") for note in outcome.notes)
+
+
+def test_changed_site_directory_restarts_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cellbox.forkserver as forkserver_module
+
+    with ForkServer(preload=[]) as fork_server:
+        assert fork_server.wait_ready(60)
+        first = fork_server.pid
+        fingerprint = forkserver_module._site_fingerprint()
+        # As after `pip install` from a cell: a site directory's time changes.
+        monkeypatch.setattr(forkserver_module, "_site_fingerprint", lambda: (*fingerprint, ("/new", 1.0)))
+        run([sys.executable, "-m", "cellbox._testprog", "pass"], forkserver=fork_server)
+        assert fork_server.restarts == 1
+        assert fork_server.wait_ready(60)
+        assert fork_server.pid != first
+
+
+def test_forkserver_start_method_without_a_server_is_a_clear_error() -> None:
+    with pytest.raises(SandboxError, match="needs a fork server"):
+        run([sys.executable, "-m", "cellbox._testprog", "pass"], start_method="forkserver")
+
+
+def test_closed_server_leaves_no_process_behind() -> None:
+    with TaskDirectory.create() as task:
+        fork_server = ForkServer(preload=[], task=task)
+        assert fork_server.wait_ready(60)
+        launcher = fork_server.launcher_pid
+        pids = [fork_server.pid]
+        fork_server.close()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(_alive(pid) for pid in [launcher, *pids]):
+            time.sleep(0.05)
+        assert not any(_alive(pid) for pid in [launcher, *pids])
+
+
+def _alive(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------------- the core's adversarial tests, forked
+
+
+@pytest.fixture
+def forked_by_default(server: ForkServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run every program of the test through ``server`` (sandboxkit.run_python asserts it was forked)."""
+    monkeypatch.setattr(sandboxkit, "FORKSERVER", server)
+
+
+def _forked_copy(test: Callable[..., None]) -> Callable[..., None]:
+    """A copy of ``test`` (same code, fixtures and parameters) that also uses ``forked_by_default``."""
+    copy = types.FunctionType(test.__code__, test.__globals__, test.__name__, test.__defaults__, test.__closure__)
+    copy.__dict__.update(test.__dict__)
+    copy.pytestmark = [*getattr(test, "pytestmark", []), pytest.mark.usefixtures("forked_by_default").mark]  # type: ignore[attr-defined]
+    return copy
+
+
+ADVERSARIAL = [name for name in vars(adversarial) if name.startswith("test_")]
+globals().update({f"{name}_forked": _forked_copy(getattr(adversarial, name)) for name in ADVERSARIAL})
