@@ -12,8 +12,10 @@ five-test instructor suite, then grades them three ways, each with two at once
 * **(b) naive venv**: per submission ``python -m venv``, ``pip install pytest``
   (from pip's cache after the first one, or the index), then ``pytest``.
 
-Prints, for each, the median seconds per submission, the total wall time, and
-ratios.  Run it with::
+The submissions are split into chunks (default 5) and the three ways take
+turns chunk by chunk, so that a busy moment on the machine hits all three
+alike.  Prints, for each, the median seconds per submission, the summed wall
+time, and ratios.  Run it with::
 
     /work/venv/bin/python benchmarks/grading.py [--submissions 50] [--naive 50]
 
@@ -65,18 +67,18 @@ def fib(n):
 JOBS = 2
 
 
-def make(root: Path, count: int) -> tuple[Path, Path, list[Path]]:
+def make(root: Path, count: int, chunks: int) -> tuple[Path, list[list[Path]]]:
+    """The suite, and ``count`` submissions in ``chunks`` folders of submissions."""
     tests = root / "tests"
     tests.mkdir(parents=True)
     (tests / "test_fib.py").write_text(TESTS)
-    subs = root / "subs"
-    folders = []
+    folders: list[list[Path]] = [[] for _ in range(chunks)]
     for index in range(count):
-        folder = subs / f"student{index:03d}"
+        folder = root / f"chunk{index % chunks}" / f"student{index:03d}"
         folder.mkdir(parents=True)
         (folder / "fib.py").write_text(FIB)
-        folders.append(folder)
-    return tests, subs, folders
+        folders[index % chunks].append(folder)
+    return tests, folders
 
 
 def timed_pool(function, items: list[Path]) -> tuple[list[float], float]:  # type: ignore[no-untyped-def]
@@ -139,24 +141,37 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--submissions", type=int, default=50)
     parser.add_argument("--naive", type=int, default=50, help="how many to grade the naive way (b)")
+    parser.add_argument("--chunks", type=int, default=5, help="turns the three ways take")
     args = parser.parse_args()
     print(f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} cores, "
-          f"{args.submissions} submissions, {JOBS} at once")
+          f"{args.submissions} submissions, {JOBS} at once, {args.chunks} chunks")
+    names = ("cellbox grade", "(a) shared venv, plain pytest", "(b) new venv + pip install + pytest")
+    figures: dict[str, tuple[list[float], float]] = {name: ([], 0.0) for name in names}
+    naive_per_chunk = -(-args.naive // args.chunks)
+
+    def add(name: str, result: tuple[list[float], float]) -> None:
+        times, total = figures[name]
+        figures[name] = (times + result[0], total + result[1])
+
     with tempfile.TemporaryDirectory(prefix="cellbox-bench-") as scratch:
         root = Path(scratch)
-        tests, subs, folders = make(root, args.submissions)
-        figures = {
-            "cellbox grade": cellbox_grade(tests, subs, root / "out"),
-            "(a) shared venv, plain pytest": timed_pool(shared_venv(tests), folders),
-            "(b) new venv + pip install + pytest": timed_pool(naive_venv(tests, root), folders[: args.naive]),
-        }
-    floor = statistics.median(figures["(a) shared venv, plain pytest"][0])
-    ours = statistics.median(figures["cellbox grade"][0])
+        tests, chunks = make(root, args.submissions, args.chunks)
+        for index, folders in enumerate(chunks):
+            add(names[0], cellbox_grade(tests, folders[0].parent, root / f"out{index}"))
+            add(names[1], timed_pool(shared_venv(tests), folders))
+            add(names[2], timed_pool(naive_venv(tests, root), folders[:naive_per_chunk]))
+    report(figures, names)
+
+
+def report(figures: dict[str, tuple[list[float], float]], names: tuple[str, ...]) -> None:
+    floor = statistics.median(figures[names[1]][0])
+    ours = statistics.median(figures[names[0]][0])
     print(f"{'':38} {'median s/submission':>20} {'total s':>9} {'n':>4} {'median / (a)':>13}")
-    for name, (times, total) in figures.items():
+    for name in names:
+        times, total = figures[name]
         median = statistics.median(times)
         print(f"{name:38} {median:20.3f} {total:9.1f} {len(times):4d} {median / floor:13.2f}")
-    naive = statistics.median(figures["(b) new venv + pip install + pytest"][0])
+    naive = statistics.median(figures[names[2]][0])
     print(f"cellbox overhead over (a): {ours - floor:.3f} s per submission (median); "
           f"(b) / cellbox: {naive / ours:.1f}x")
 

@@ -48,14 +48,26 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _cmd_grade(args: argparse.Namespace) -> int:
+    from .reports import write_reports
+    from .runner import print_summary
+
+    grading = _grading_run(args)
+    results = _grade(grading)
+    paths = write_reports(grading.out, results, grading.header())
+    print_summary(results)
+    names = ", ".join(path.name for path in paths)
+    print(f"cellbox grade: reports in {grading.out}/ ({names}, results.json)", file=sys.stderr)
+    return 0
+
+
+def _grading_run(args: argparse.Namespace) -> Any:
+    """The :class:`~cellbox.grading.runner.GradingRun` the options ask for; bad input is a one-line UsageError."""
     from ..cli import UsageError
     from ..isolation import IsolationError, isolation_from_args
     from ..options import limits_from_args
-    from .reports import write_reports
-    from .runner import GradingRun, ResumeError, print_summary
+    from .runner import GradingRun
     from .submissions import SubmissionError, discover
     from .task import GRADE_ISOLATION, GradeSettings, Suite, SuiteError
-    from .venvs import SetupError
 
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: give 1 or more")
@@ -63,6 +75,7 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         isolation = isolation_from_args(args, GRADE_ISOLATION)
     except IsolationError as exc:
         raise UsageError(str(exc)) from None
+    _check_strict(isolation)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {args.out}: exists and is not a folder")
@@ -75,29 +88,36 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if not submissions:
         raise UsageError(f"{args.submissions}: no submissions found besides the tests and the reports")
-    grading = GradingRun(
-        submissions=submissions,
-        suite=suite,
-        settings=GradeSettings(
-            limits=limits_from_args(args), find_links=_find_links(args.find_links), isolation=isolation
-        ),
-        out=out,
-        jobs=args.jobs,
-        dask=args.dask,
-        resume=args.resume,
-    )
-    try:
-        results = _grade_with_progress(grading)
-    except (OSError, SetupError, ResumeError) as exc:
-        from .cluster import ClusterError
+    limits = limits_from_args(args)
+    settings = GradeSettings(limits=limits, find_links=_find_links(args.find_links), isolation=isolation)
+    return GradingRun(submissions=submissions, suite=suite, settings=settings, out=out, jobs=args.jobs,
+                      dask=args.dask, resume=args.resume)
 
-        if isinstance(exc, (ClusterError, SetupError, ResumeError)):
-            raise UsageError(str(exc)) from None
-        raise
-    paths = write_reports(out, results, grading.header())
-    print_summary(results)
-    print(f"cellbox grade: reports in {out}/ ({', '.join(p.name for p in paths)}, results.json)", file=sys.stderr)
-    return 0
+
+def _grade(grading: Any) -> list[Any]:
+    """Grade; the failures that are the user's to fix (scheduler, pytest missing, --resume) become UsageError."""
+    from ..cli import UsageError
+    from .cluster import ClusterError
+    from .runner import ResumeError
+    from .venvs import SetupError
+
+    try:
+        return _grade_with_progress(grading)
+    except (ClusterError, SetupError, ResumeError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _check_strict(isolation: Any) -> None:
+    """With ``--isolation strict``, a layer this machine lacks stops the grading before any submission."""
+    from ..cli import UsageError
+    from ..isolation import make_plan, probe
+
+    if isolation.mode != "strict":
+        return
+    missing = make_plan(isolation, probe(), user=None).missing
+    if missing:
+        layer, why = next(iter(missing.items()))
+        raise UsageError(f"--isolation strict: the {layer} layer is not available here: {why} (see cellbox doctor)")
 
 
 def _find_links(value: str | None) -> str | None:

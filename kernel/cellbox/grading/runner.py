@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from .venvs import BaseLibrary
 __all__ = ["GradingRun", "ResumeError", "load_results", "save_results", "RESULTS_FILE"]
 
 RESULTS_FILE = "results.json"
+SAVE_EVERY = 1.0  # seconds between rewrites of results.json while grading
 OnResult = Callable[[SubmissionResult], None]
 
 
@@ -111,7 +113,11 @@ class GradingRun:
     def grade(
         self, on_result: OnResult | None = None, on_start: Callable[[int], None] | None = None
     ) -> list[SubmissionResult]:
-        """Grade what is pending, writing ``results.json`` after each row; return every row, by id.
+        """Grade what is pending and return every row, by id.
+
+        ``results.json`` is rewritten as rows arrive (at most every
+        :data:`SAVE_EVERY` seconds, so a large class does not rewrite it per
+        row) and always at the end, also when interrupted.
 
         Args:
             on_result: called in this thread with each new row (progress display).
@@ -121,24 +127,29 @@ class GradingRun:
         wanted = {submission.id for submission in self.submissions}
         earlier = load_results(self.out, str(self.suite.root)) if self.resume else {}
         done = {key: row for key, row in earlier.items() if key in wanted}
+        saved_at = time.monotonic()
 
         def record(result: SubmissionResult) -> None:
+            nonlocal saved_at
             done[result.id] = result
-            save_results(self.out, done.values(), self.header())
+            if time.monotonic() - saved_at >= SAVE_EVERY:
+                save_results(self.out, done.values(), self.header())
+                saved_at = time.monotonic()
             if on_result is not None:
                 on_result(result)
 
         todo = self.pending(done)
         if on_start is not None:
             on_start(len(todo))
-        if todo:
-            if self.dask:
+        try:
+            if todo and self.dask:
                 from .cluster import grade_on_cluster
 
                 grade_on_cluster(self.dask, todo, self.suite, self.settings, record)
-            else:
+            elif todo:
                 self._grade_locally(todo, record)
-        save_results(self.out, done.values(), self.header())
+        finally:
+            save_results(self.out, done.values(), self.header())
         return [done[submission.id] for submission in sorted(self.submissions, key=lambda s: s.id)]
 
     def _grade_locally(self, todo: list[Submission], record: OnResult) -> None:
