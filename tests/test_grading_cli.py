@@ -173,3 +173,12 @@ def test_resume_against_other_tests_is_refused(graded: Path, capsys: pytest.Capt
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1
     assert "was made with the tests in" in err and "leave out --resume" in err
+
+
+def test_bad_isolation_option_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_suite(tmp_path / "tests")
+    write_cases(tmp_path / "subs", ["honest"])
+    assert grade(tmp_path, "--layers", "net,moon") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown isolation layer 'moon'" in err
+    assert not (tmp_path / "out").exists()
