@@ -341,6 +341,10 @@ def _start_shell(channel: Channel, spec: dict[str, Any]) -> tuple[Any, dict[str,
 
     state = _load_state(spec.get("state_in")) if spec.get("carry_state", True) else {}
     shell = make_shell(channel, _namespace_from(state))
+    if "matplotlib" in sys.modules and os.environ["MPLBACKEND"] == INLINE_BACKEND:
+        # matplotlib was imported before this process chose its backend (a warm
+        # start): switch to inline the way %matplotlib inline does.
+        shell.enable_matplotlib("inline")
     magics.register(shell, spec.get("limits", {}))
     _install_pager(shell)
     _install_stdin(channel, bool(spec.get("allow_stdin")))
