@@ -98,7 +98,8 @@ class CellCompiler(CachingCompiler):
 
     def get_code_name(self, raw_code: str, transformed_code: str, number: int) -> str:
         digest = hashlib.sha1(f"{number}\0{transformed_code}".encode()).hexdigest()[:16]
-        return os.path.join(tempfile.gettempdir(), "cells", f"{digest}.py")
+        # TMPDIR as this process has it (tempfile caches the first answer, perhaps a warm start's).
+        return os.path.join(os.environ.get("TMPDIR") or tempfile.gettempdir(), "cells", f"{digest}.py")
 
 
 class CellShell(InteractiveShell):
