@@ -40,11 +40,12 @@ from pathlib import Path
 from typing import Any
 
 from ipykernel.kernelbase import Kernel
-from traitlets import Bool, Float, Int, TraitError, Unicode, default, validate
+from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, default, validate
 
 from . import __version__
 from .cellerrors import error_for_outcome, exit_reason
 from .environment import TaskDirectory
+from .forkserver import ForkServer
 from .isolation import Isolation, IsolationError
 from .limits import LimitError, Limits, format_size
 from .magics import cell_limits
@@ -131,6 +132,12 @@ class CellboxKernel(Kernel):
     network = Bool(False, help="With isolation on: let cells use the network (for example %pip install).").tag(
         config=True
     )
+    start_method = Enum(
+        ["spawn", "forkserver"],
+        "spawn",
+        help="How each cell's fresh process starts: spawn (a new interpreter) or forkserver (forked from a warm "
+        "server that has imported IPython, numpy and matplotlib; see the README's Warm start section).",
+    ).tag(config=True)
     notebook_dir = Unicode(
         help="Working directory of every cell; by default the directory the kernel was started in, "
         "which Jupyter sets to the notebook's directory."
@@ -169,6 +176,7 @@ class CellboxKernel(Kernel):
         self.notebook_dir = self.notebook_dir  # fixed now: the directory the kernel started in
         _remove_stale_task_directories()
         self.task = TaskDirectory.create(prefix=TASK_PREFIX)
+        self._forkserver = ForkServer(task=self.task).start() if self.start_method == "forkserver" else None
         # State and cell specs live in the task's tmp/, which the sandbox gives to
         # the user cells run as (an isolated cell as root runs as nobody).
         self._state_dir = self.task.tmp
@@ -263,6 +271,7 @@ class CellboxKernel(Kernel):
                 on_stderr=cell.thread_safe(cell.stream, "stderr"),
                 on_message=cell.thread_safe(cell.message),
                 isolation=self.cell_isolation(),
+                forkserver=self._forkserver,
             )
         except (SandboxError, OSError) as exc:
             return self._publish_error("SandboxError", str(exc), [f"SandboxError: {exc}"])
@@ -455,6 +464,8 @@ class CellboxKernel(Kernel):
         if run is not None:
             run.kill()
         self._input_cancel.set()
+        if self._forkserver is not None:
+            self._forkserver.close()
         self.task.remove()
         return {"status": "ok", "restart": restart}
 
