@@ -38,12 +38,14 @@ import importlib
 import json
 import os
 import random
+import re
 import runpy
 import signal
 import socket
 import sys
 import threading
 import traceback
+import warnings
 
 from cellbox import _launch
 
@@ -86,7 +88,7 @@ def receive(sock):
 
 
 def preload(names):
-    """Import each module of ``names``; return ``(loaded, {name: reason})``."""
+    """Import each module of ``names``, then those an empty cell imports; return ``(loaded, {name: reason}, probed)``."""
     if "cellbox.cellrunner" in names:
         prepare_entry("cellbox.cellrunner")
     loaded, failed = [], {}
@@ -96,7 +98,59 @@ def preload(names):
             loaded.append(name)
         except Exception as exc:  # noqa: BLE001 - a module that is not installed is reported, not fatal
             failed[name] = f"{type(exc).__name__}: {exc}"
-    return loaded, failed
+    probed = []
+    if "cellbox.cellrunner" in loaded:
+        for name in probe_cell_modules():
+            try:
+                importlib.import_module(name)
+                probed.append(name)
+            except Exception:  # noqa: BLE001, S112 - only a head start; the cell imports it again if it must
+                continue
+    return loaded, failed, probed
+
+
+def probe_cell_modules():
+    """Modules an empty cell imports beyond the preload list, found in a throwaway child.
+
+    IPython imports much of itself only when its first shell is made (the
+    completer, the history store, pyplot for the inline backend).  An empty
+    cell run in a child that is then discarded names them, and the server
+    imports them too, without keeping the shell or anything it set up.
+    """
+    result_r, result_w = os.pipe()
+    message_r, message_w = os.pipe()
+    reply_r, reply_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            from cellbox import cellrunner
+            from cellbox.limits import Limits
+
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            os.environ["CELLBOX_CHANNEL"] = f"{message_w},{reply_r}"
+            spec = {"code": "pass", "carry_state": False, "history": [""], "limits": Limits().as_dict()}
+            cellrunner.run(spec)
+            os.write(result_w, json.dumps(sorted(sys.modules)).encode())
+        finally:
+            os._exit(0)
+    for fd in (result_w, message_w, reply_r):
+        os.close(fd)
+    chunks = []
+    while True:
+        chunk = os.read(result_r, 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    for fd in (result_r, message_r, reply_w):
+        os.close(fd)
+    os.waitpid(pid, 0)
+    try:
+        names = json.loads(b"".join(chunks) or b"[]")
+    except ValueError:
+        return []
+    return [name for name in names if name not in sys.modules and name != "__main__"]
 
 
 def prepare_entry(module):
@@ -112,7 +166,8 @@ def prepare_entry(module):
 
         cellrunner._prepare_process({})
     matplotlib = sys.modules.get("matplotlib")
-    if matplotlib is not None and os.environ.get("MPLBACKEND") and "matplotlib.pyplot" not in sys.modules:
+    # pyplot picks its backend from rcParams when first used (never in the server).
+    if matplotlib is not None and os.environ.get("MPLBACKEND"):
         try:
             matplotlib.rcParams["backend"] = os.environ["MPLBACKEND"]
         except Exception:  # noqa: BLE001 - a backend matplotlib refuses stays as it was
@@ -156,8 +211,7 @@ def command_main(sock):
         set_name(os.path.basename(sys.executable).encode())
         keep = {0, 1, 2, status_fd, *(target for _fd, target in places)}
         close_other_fds(keep)
-        os.environ.clear()
-        os.environ.update(spec["env"])
+        replace_environment(spec["env"])
         sys.path[0] = os.getcwd()  # as `python -m` puts the working directory first
         reseed()
         prepare_entry(spec["argv"][2])
@@ -169,6 +223,18 @@ def command_main(sock):
         os._exit(126)
     os.close(status_fd)
     finish(run_module(spec["argv"]))
+
+
+def replace_environment(env):
+    """The run's environment in place of the server's, in ``os.environ``, ``os.environb`` and the C library's."""
+    os.environb.clear()
+    os.environ.clear()
+    os.environ.update(env)
+    os.environb.update((key.encode(), value.encode()) for key, value in env.items())
+    # tempfile chose its directory from the server's TMPDIR if anything asked before the fork.
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None:
+        tempfile.tempdir = None
 
 
 def python_signals():
@@ -207,6 +273,9 @@ def reseed():
 def run_module(argv):
     """Run ``argv = [python, "-m", module, args...]`` as ``python -m`` does; return the exit status."""
     sys.argv = [argv[0], *argv[3:]]
+    # runpy warns when the module was imported before it is run as __main__:
+    # here that is the point of the preload, not a mistake of the program's.
+    warnings.filterwarnings("ignore", f"'{re.escape(argv[2])}' found in sys.modules", RuntimeWarning, "runpy")
     try:
         runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
         return 0
@@ -367,14 +436,14 @@ def main():
     config = json.loads(sys.argv[1])
     set_name(SERVER_NAME)
     sock = socket.socket(fileno=int(config.get("fd", 3)))
-    loaded, failed = preload(config.get("preload", []))
+    loaded, failed, probed = preload(config.get("preload", []))
     # Finished supervisors and spares are reaped by the kernel (sigaction(2), SA_NOCLDWAIT).
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     gc.collect()
     gc.freeze()
     size, resident = vm_size()
     ready = {"event": "ready", "pid": os.getpid(), "vm_size": size, "rss": resident, "loaded": loaded}
-    send_json(sock, dict(ready, failed=failed))
+    send_json(sock, dict(ready, failed=failed, probed=len(probed)))
     serve(sock, config)
 
 
