@@ -88,7 +88,7 @@ def receive(sock):
 
 
 def preload(names):
-    """Import each module of ``names``, then those an empty cell imports; return ``(loaded, {name: reason}, probed)``."""
+    """Import ``names``, then what an empty cell imports; return ``(loaded, {name: reason}, probed)``."""
     if "cellbox.cellrunner" in names:
         prepare_entry("cellbox.cellrunner")
     loaded, failed = [], {}
