@@ -7,8 +7,8 @@ five-test instructor suite, then grades them three ways, each with two at once
 * **cellbox**: ``cellbox grade --jobs 2`` (a task directory and a fresh venv per
   submission, the sandbox, the grader's reporter, the reports);
 * **(a) shared venv**: the plain, unsandboxed loop: one ``pytest`` per
-  submission with this interpreter (pytest already installed), the
-  submission on ``PYTHONPATH``: the floor;
+  submission with this interpreter (pytest already installed, plugin
+  autoloading off as in cellbox), the submission on ``PYTHONPATH``: the floor;
 * **(b) naive venv**: per submission ``python -m venv``, ``pip install pytest``
   (from pip's cache after the first one, or the index), then ``pytest``.
 
@@ -97,7 +97,9 @@ def timed_pool(function, items: list[Path]) -> tuple[list[float], float]:  # typ
 
 def shared_venv(tests: Path):  # type: ignore[no-untyped-def]
     def grade(folder: Path) -> None:
-        env = {**os.environ, "PYTHONPATH": str(folder), "PYTHONDONTWRITEBYTECODE": "1"}
+        # The strict floor: no third-party plugins (as cellbox grade), no bytecode writes.
+        env = {**os.environ, "PYTHONPATH": str(folder), "PYTHONDONTWRITEBYTECODE": "1",
+               "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
         result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)],
                                 cwd=folder, env=env, capture_output=True, text=True)
         if result.returncode != 0:
