@@ -50,20 +50,39 @@ print(alive(os.getpid()), alive(999999999))
 """)
 
 md("""
-## 2. The failure: an orphan outlives the timeout
+## 2. The failure: an orphaned server outlives the timeout
 
-`timeout=1` kills the **child**. The grandchild is another process; nobody kills it. It is re-parented (to
-`init`, or to the nearest subreaper) and lives on, here for 5 more seconds; a real server would live forever.
+The child below starts a small web server (`python -m http.server`) as its own child, as a student's program that
+"just runs the app" would, and then hangs. `timeout=1` kills the **child**. The server is another process; nobody
+kills it. It is re-parented (to `init`, or to the nearest subreaper) and keeps answering requests.
 """)
 
 code("""
+import socket, urllib.request
+
+with socket.socket() as probe:          # ask the system for a free port
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+starts_server = (f"import subprocess, sys, time\\n"
+                 f"server = subprocess.Popen([sys.executable, '-m', 'http.server', '{port}', '--bind', '127.0.0.1'],\\n"
+                 f"                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\\n"
+                 f"print(server.pid, flush=True)\\n"
+                 f"time.sleep(60)\\n")
 try:
-    subprocess.run([sys.executable, "-c", spawn_grandchild(5, 60)], capture_output=True, text=True, timeout=1)
+    subprocess.run([sys.executable, "-c", starts_server], capture_output=True, text=True, timeout=1)
 except subprocess.TimeoutExpired as expired:
     orphan = int(expired.stdout.decode() if isinstance(expired.stdout, bytes) else expired.stdout)
-time.sleep(0.2)
-print(f"the child was killed at the timeout; grandchild {orphan} alive: {alive(orphan)}")
+print(f"the child was killed at the timeout; the server {orphan} alive: {alive(orphan)}")
+answer = None
+for attempt in range(50):               # give the server a moment to start listening
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as answer:
+            print("and it still answers HTTP requests:", answer.status, answer.reason)
+        break
+    except OSError:
+        time.sleep(0.1)
 os.kill(orphan, signal.SIGKILL)   # tidy up by hand, this time
+del probe, answer   # a socket and a response belong to this process: they cannot travel to the next cell
 """)
 
 md("""
@@ -253,7 +272,7 @@ md("""
 
 ## Try this next
 
-* Start `python -m http.server 8765` from a child under a 1-second timeout and check `alive` on it afterwards.
+* Start the web server of section 2 through your `run_tree`, then try to reach it afterwards.
 * Read `/proc/self/status` in a child and find the `NSpid` line: what does it show under `unshare --pid --fork`?
 
 ## The real thing
