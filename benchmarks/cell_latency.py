@@ -1,18 +1,20 @@
 """What a fresh process per cell costs: the cellbox kernel against ipykernel's python3.
 
-Both kernels are started in the same run, through jupyter_client, and measured
-three ways:
+Three kernels are started in the same run, through jupyter_client: cellbox
+(each cell a new interpreter), cellbox with ``start_method=forkserver`` (each
+cell forked from a warm server of the session) and ipykernel's ``python3``.
+They are measured three ways:
 
 * **start**: from starting the kernel to the result of its first cell
   (``1 + 1``), repeated with a new kernel each round;
 * **trivial cell**: the round trip of ``execute_request`` to ``execute_reply``
   for ``pass``, the median over many cells on one kernel, interleaved between
-  the two kernels so that a busy moment hits both alike;
+  the kernels so that a busy moment hits all of them alike;
 * **import numpy**: the round trip of a cell that imports numpy.
 
-Prints medians in milliseconds and the ratio cellbox / ipykernel.  Run it with::
+Prints medians in milliseconds and the ratio to ipykernel.  Run it with::
 
-    .venv/bin/python benchmarks/cell_latency.py [--cells 40] [--starts 5]
+    .venv/bin/python benchmarks/cell_latency.py [--cells 40] [--numpy 10] [--starts 5]
 """
 
 from __future__ import annotations
@@ -29,12 +31,18 @@ from collections.abc import Callable
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-KERNELS = ("cellbox", "python3")
+# Name shown -> (kernelspec, extra kernel arguments).
+KERNELS = {
+    "cellbox": ("cellbox", []),
+    "cellbox-forkserver": ("cellbox", ["--CellboxKernel.start_method=forkserver"]),
+    "ipykernel": ("python3", []),
+}
 
 
 def started(name: str, cwd: str) -> tuple[KernelManager, BlockingKernelClient]:
-    km = KernelManager(kernel_name=name)
-    km.start_kernel(cwd=cwd)
+    spec, extra = KERNELS[name]
+    km = KernelManager(kernel_name=spec)
+    km.start_kernel(cwd=cwd, extra_arguments=extra)
     kc = km.client()
     kc.start_channels()
     kc.wait_for_ready(timeout=60)
@@ -76,11 +84,12 @@ def interleaved(measures: dict[str, Callable[[], float]], rounds: int) -> dict[s
 
 
 def report(title: str, times: dict[str, list[float]]) -> None:
-    ours, theirs = statistics.median(times["cellbox"]), statistics.median(times["python3"])
-    print(
-        f"{title:<16} cellbox {ours * 1000:8.1f} ms   ipykernel {theirs * 1000:8.1f} ms   "
-        f"ratio {ours / theirs:6.1f}x   (median of {len(times['cellbox'])})"
-    )
+    """One line per kernel: the median in ms and its ratio to ipykernel's."""
+    floor = statistics.median(times["ipykernel"])
+    for name, values in times.items():
+        median = statistics.median(values)
+        ratio = median / floor
+        print(f"{title:<16} {name:<19} {median * 1000:8.1f} ms   {ratio:6.1f}x ipykernel   (median of {len(values)})")
 
 
 def main() -> None:
@@ -95,6 +104,7 @@ def main() -> None:
         report("start to result", starts)
         kernels = {name: started(name, cwd) for name in KERNELS}
         try:
+            time.sleep(5)  # let the fork server finish its imports: cells that come earlier are spawned
             for _km, kc in kernels.values():
                 round_trip(kc, "pass")  # warm up
             trivial = interleaved(

@@ -197,6 +197,8 @@ class CellboxKernel(Kernel):
         run = self._running
         if run is not None:
             run.kill()
+        if self._forkserver is not None:
+            self._forkserver.close()
         self.task.remove()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
