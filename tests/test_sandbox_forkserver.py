@@ -247,3 +247,17 @@ def _forked_copy(test: Callable[..., None]) -> Callable[..., None]:
 
 ADVERSARIAL = [name for name in vars(adversarial) if name.startswith("test_")]
 globals().update({f"{name}_forked": _forked_copy(getattr(adversarial, name)) for name in ADVERSARIAL})
+
+
+def test_first_run_is_spawned_and_starts_the_server_when_it_ends() -> None:
+    with TaskDirectory.create() as task:
+        fork_server = ForkServer(preload=[], task=task)
+        try:
+            argv = [sys.executable, "-m", "cellbox._testprog", "print(4)"]
+            first = run(argv, forkserver=fork_server, task=task)
+            assert (first.stdout, "forkserver" in first.isolation, first.notes) == ("4\n", False, ())
+            assert fork_server.launcher_pid is not None  # started by the end of the first run
+            assert fork_server.wait_ready(60)
+            assert "forkserver" in run(argv, forkserver=fork_server, task=task).isolation
+        finally:
+            fork_server.close()

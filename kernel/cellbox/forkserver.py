@@ -200,8 +200,11 @@ class ForkServer:
         handoff_timeout: seconds a hand-off may take before the run is spawned.
 
     Start it with :meth:`start` (returns at once; the server imports in the
-    background) and end it with :meth:`close`.  Thread-safe: hand-offs are
-    serialised by a lock.  Runs that come before the server is ready are spawned.
+    background), or leave it to the first run: that one is spawned and the
+    server starts when it ends, so a kernel's first result is not slowed by the
+    server's imports on a small machine.  End it with :meth:`close`.
+    Thread-safe: hand-offs are serialised by a lock.  Runs that come before the
+    server is ready are spawned.
     """
 
     def __init__(
@@ -222,6 +225,7 @@ class ForkServer:
         self._retired: list[_Server] = []
         self.restarts = 0
         self.closed = False
+        self._wanted = False
 
     # ------------------------------------------------------------------ life
 
@@ -321,6 +325,11 @@ class ForkServer:
         if wrapped:
             return f"the {', '.join(sorted(wrapped))} isolation layers need a spawned launcher"
         with self._lock:
+            if self._server is None:
+                # Not started yet: this run is spawned, and the server starts when it
+                # ends (see spawned), so its imports do not slow the first result.
+                self._wanted = True
+                return ""
             server = self._ensure()
             if not server.ready.is_set():
                 return ""  # still importing: this run is spawned, the next one forked
@@ -328,6 +337,12 @@ class ForkServer:
         if limits.memory is not None and limits.memory < size + MEMORY_HEADROOM:
             return "the memory limit is too close to the fork server's own size"
         return None
+
+    def spawned(self) -> None:
+        """Called by the core when a run it spawned instead ends: start the server if that run wanted it."""
+        with self._lock:
+            if self._wanted and self._server is None and not self.closed:
+                self._ensure()
 
     def hand_off(self, request: dict[str, Any], fds: Sequence[int]) -> tuple[int, Any]:
         """Give a run to the server: ``(supervisor pid, release)``; call ``release()`` when the run ends.

@@ -176,7 +176,8 @@ class CellboxKernel(Kernel):
         self.notebook_dir = self.notebook_dir  # fixed now: the directory the kernel started in
         _remove_stale_task_directories()
         self.task = TaskDirectory.create(prefix=TASK_PREFIX)
-        self._forkserver = ForkServer(task=self.task).start() if self.start_method == "forkserver" else None
+        # Started when the first cell (spawned) ends: its imports would slow that cell.
+        self._forkserver = ForkServer(task=self.task) if self.start_method == "forkserver" else None
         # State and cell specs live in the task's tmp/, which the sandbox gives to
         # the user cells run as (an isolated cell as root runs as nobody).
         self._state_dir = self.task.tmp

@@ -327,6 +327,7 @@ class Run:
         if refusal is not None:
             if refusal:
                 self._notes.append(f"forkserver: {refusal}; the run was spawned")
+            self._release = server.spawned
             return None
         names = ["control", "status", "message", "reply"][: len(child_side)]
         ours: dict[str, int] = {}
