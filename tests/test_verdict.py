@@ -6,6 +6,7 @@ produce (real runs are in test_grading_verdicts.py).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -142,3 +143,11 @@ def test_a_run_the_sandbox_stopped_is_unverified_whatever_the_evidence(status: S
     judgement = judge(0, complete(), outcome(status, 0))
     assert judgement.verdict is Verdict.UNVERIFIED
     assert judgement.reason.startswith(f"the test run ended with status {status.value}")
+
+
+def test_readme_verdict_table_has_every_verdict_with_its_label() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("\n### The verdicts\n", 1)[1].split("\n### ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")][2:]
+    cells = [[cell.strip().strip("`") for cell in row.strip("|").split("|")] for row in rows]
+    assert [(row[0], row[1]) for row in cells] == [(verdict.value, verdict.label) for verdict in Verdict]
