@@ -261,3 +261,22 @@ def test_first_run_is_spawned_and_starts_the_server_when_it_ends() -> None:
             assert "forkserver" in run(argv, forkserver=fork_server, task=task).isolation
         finally:
             fork_server.close()
+
+
+def test_server_that_cannot_start_is_not_retried_and_runs_are_spawned_with_the_reason() -> None:
+    with ForkServer(preload=["cellbox._testprog_missing_module_raises"], spare=False) as fork_server:
+        # A preload module that fails to import is reported, not fatal: the server still starts.
+        assert fork_server.wait_ready(60)
+        assert list(fork_server.failed) == ["cellbox._testprog_missing_module_raises"]
+    with ForkServer(preload=[]) as fork_server:
+        assert fork_server.wait_ready(60)
+        server_pid = fork_server.pid
+        assert server_pid is not None
+        fork_server._server.hello.clear()  # type: ignore[union-attr] - as if it had never said it was ready
+        os.kill(server_pid, signal.SIGKILL)
+        fork_server._server.thread.join(10)  # type: ignore[union-attr]
+        argv = [sys.executable, "-m", "cellbox._testprog", "print(5)"]
+        outcomes = [run(argv, forkserver=fork_server) for _ in range(2)]
+        assert [o.stdout for o in outcomes] == ["5\n", "5\n"]
+        assert all("the fork server could not start" in " ".join(o.notes) for o in outcomes)
+        assert (fork_server.restarts, fork_server.launcher_pid) == (0, None)  # not started again

@@ -169,6 +169,15 @@ class _Server:
         self.run.kill()
 
 
+def _last_line(server: _Server) -> str:
+    """What a server that died said last, or how it ended."""
+    outcome = server.outcome
+    if outcome is None:
+        return "it is not running"
+    lines = [line for line in outcome.stderr.splitlines() if line.strip()]
+    return lines[-1] if lines else f"it ended with status {outcome.status.value}"
+
+
 def _server_limits() -> Limits:
     """The server's own limits: roomy, because a run can only lower what it inherits (setrlimit(2))."""
     _soft, nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -226,6 +235,7 @@ class ForkServer:
         self.restarts = 0
         self.closed = False
         self._wanted = False
+        self.broken: str | None = None
 
     # ------------------------------------------------------------------ life
 
@@ -235,12 +245,21 @@ class ForkServer:
             self._ensure()
         return self
 
-    def _ensure(self) -> _Server:
+    def _ensure(self) -> _Server | None:
+        """The running server, started or replaced when needed; ``None`` once it has proved unable to start."""
         server = self._server
+        if self.broken is not None:
+            return None
         if server is not None and server.alive and server.fingerprint == _site_fingerprint():
             return server
         if server is not None:
             self._retire(server)
+            self._server = None
+            if not server.alive and not server.hello:
+                # It died before it was ready: starting it again for every run would
+                # only cost each run a server's start.  Runs are spawned from now on.
+                self.broken = _last_line(server)
+                return None
             self.restarts += 1
         self._server = _Server(self.preload, self.task, self.spare)
         return self._server
@@ -256,7 +275,8 @@ class ForkServer:
 
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> bool:
         """Start the server if needed and wait until it has imported its preload list; ``False`` on timeout."""
-        return self.start()._server.ready.wait(timeout)  # type: ignore[union-attr]
+        server = self.start()._server
+        return server is not None and server.ready.wait(timeout)
 
     def close(self) -> None:
         """Stop the server and its spare (runs still going are left to end)."""
@@ -325,12 +345,14 @@ class ForkServer:
         if wrapped:
             return f"the {', '.join(sorted(wrapped))} isolation layers need a spawned launcher"
         with self._lock:
-            if self._server is None:
+            if self._server is None and self.broken is None:
                 # Not started yet: this run is spawned, and the server starts when it
                 # ends (see spawned), so its imports do not slow the first result.
                 self._wanted = True
                 return ""
             server = self._ensure()
+            if server is None:
+                return f"the fork server could not start ({self.broken})"
             if not server.ready.is_set():
                 return ""  # still importing: this run is spawned, the next one forked
             size = int(server.hello.get("vm_size", 0))
@@ -353,7 +375,7 @@ class ForkServer:
         """
         with self._lock:
             server = self._ensure()
-            if not server.ready.is_set():
+            if server is None or not server.ready.is_set():
                 raise ForkServerError("the fork server is not ready")
             try:
                 pid = server.hand_off(request, fds, self.handoff_timeout)
