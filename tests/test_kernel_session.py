@@ -363,3 +363,22 @@ def test_a_thread_left_running_ends_with_its_cell(kc: BlockingKernelClient) -> N
         "cellbox: 1 thread was still running when the cell ended, and stopped with it\n",
     )
     assert result.metadata["cellbox"]["wall_time"] < 30  # the cell did not wait for the thread
+
+
+def test_forkserver_start_runs_cells_forked_with_the_same_results(tmp_path: Path) -> None:
+    extra = ["--CellboxKernel.start_method=forkserver"]
+    with running_kernel("cellbox", cwd=str(tmp_path), extra=extra) as (_km, kc):
+        deadline = time.monotonic() + 60
+        forked = False
+        while not forked and time.monotonic() < deadline:  # cells before the server is ready are spawned
+            forked = "forkserver" in execute(kc, "pass").metadata["cellbox"]["isolation"]
+            time.sleep(0.5)
+        assert forked
+        execute(kc, "import numpy as np\nvalues = np.arange(4)")
+        result = execute(kc, "import matplotlib.pyplot as plt\nplt.plot(values ** 2)\nprint(values.sum())")
+        assert result.stream() == "6\n"
+        assert [sorted(c["data"]) for c in result.of("display_data")] == [["image/png", "text/plain"]]
+        assert "forkserver" in result.metadata["cellbox"]["isolation"]
+        stopped = execute(kc, "%%limits wall=1\nwhile True:\n    pass")
+        assert stopped.content["ename"] == "CellTimeoutError"
+        assert execute(kc, "print(values.max())").stream() == "3\n"
