@@ -280,3 +280,28 @@ def test_server_that_cannot_start_is_not_retried_and_runs_are_spawned_with_the_r
         assert [o.stdout for o in outcomes] == ["5\n", "5\n"]
         assert all("the fork server could not start" in " ".join(o.notes) for o in outcomes)
         assert (fork_server.restarts, fork_server.launcher_pid) == (0, None)  # not started again
+
+
+def test_landlock_alone_is_applied_to_a_forked_run(server: ForkServer) -> None:
+    from cellbox.isolation import Isolation, probe
+
+    if not probe().available("landlock"):
+        pytest.skip("Landlock is not available on this machine")
+    code = "import os\ntry:\n    os.listdir('/root'); print('read')\nexcept PermissionError:\n    print('denied')"
+    argv = [sys.executable, "-m", "cellbox._testprog", code]
+    outcome = run(argv, forkserver=server, isolation=Isolation(mode="strict", layers=("landlock",)))
+    assert outcome.stdout == "denied\n"
+    assert {"landlock", "forkserver"} <= set(outcome.isolation)
+
+
+def test_bubblewrap_layers_are_spawned_with_a_note(server: ForkServer) -> None:
+    from cellbox.isolation import BWRAP_LAYERS, Isolation, probe
+
+    if not any(probe().available(layer) for layer in BWRAP_LAYERS):
+        pytest.skip("bubblewrap gives no layer on this machine")
+    outcome = run(
+        [sys.executable, "-m", "cellbox._testprog", "print(6)"], forkserver=server, isolation=Isolation.auto()
+    )
+    assert outcome.stdout == "6\n"
+    assert "forkserver" not in outcome.isolation
+    assert any("need a spawned launcher" in note for note in outcome.notes)
