@@ -8,13 +8,16 @@ grader's channel, overwritten instructor files and planted report files.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from cellbox.grading.results import SubmissionResult
 from cellbox.grading.submissions import Submission
-from cellbox.grading.task import GradeSettings, Suite, grade_safely
+from cellbox.grading.task import GradeSettings, StopSwitch, Suite, grade_safely
 from cellbox.grading.venvs import BaseLibrary
 from cellbox.isolation import Isolation, make_plan, probe
 from cellbox.limits import Limits
@@ -158,3 +161,26 @@ def test_grader_failure_becomes_that_submissions_unverified_row(cases: tuple[Pat
     assert result.verdict is Verdict.UNVERIFIED
     assert result.reason.startswith("grader error: FileNotFoundError")
     assert task_dirs(tasks(cases)) == []
+
+
+def test_stop_switch_kills_a_hanging_run_instead_of_waiting_for_the_deadline(
+    cases: tuple[Path, Suite], base: BaseLibrary
+) -> None:
+    # What Ctrl-C does while grading: every run in progress is killed, so the row says interrupted,
+    # where waiting for the 60 s deadline would have said timed_out.
+    folder, suite = cases
+    settings = GradeSettings(limits=Limits(wall_time=60, cpu_time=60), task_root=str(tasks(cases)))
+    switch = StopSwitch()
+    results: list[SubmissionResult] = []
+    worker = threading.Thread(target=lambda: results.append(
+        grade_safely(Submission(id="hanging", path=str(folder / "hanging"), kind="folder"), suite, settings, base,
+                     switch)))
+    worker.start()
+    time.sleep(1.5)
+    switch.stop()
+    worker.join(timeout=120)
+    [result] = results
+    assert result.verdict is Verdict.UNVERIFIED
+    assert result.reason.startswith("the test run ended with status interrupted")
+    assert task_dirs(tasks(cases)) == []
+    assert survivors(DAEMON_MARKER) == []

@@ -22,7 +22,7 @@ from .. import __version__
 from ..isolation import describe
 from .results import SubmissionResult
 from .submissions import Submission
-from .task import GradeSettings, Suite, grade_safely
+from .task import GradeSettings, StopSwitch, Suite, grade_safely
 from .venvs import BaseLibrary
 
 __all__ = ["GradingRun", "ResumeError", "load_results", "save_results", "RESULTS_FILE"]
@@ -153,13 +153,17 @@ class GradingRun:
         return [done[submission.id] for submission in sorted(self.submissions, key=lambda s: s.id)]
 
     def _grade_locally(self, todo: list[Submission], record: OnResult) -> None:
+        """A thread pool of ``jobs`` workers; on Ctrl-C every run in progress is killed and nothing more recorded."""
+        switch = StopSwitch()
         with BaseLibrary.build() as base:
             with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, self.jobs)) as pool:
-                futures = [pool.submit(grade_safely, sub, self.suite, self.settings, base) for sub in todo]
+                futures = [pool.submit(grade_safely, sub, self.suite, self.settings, base, switch) for sub in todo]
                 try:
                     for future in concurrent.futures.as_completed(futures):
                         record(future.result())
                 except BaseException:
+                    # Rows of killed runs are never recorded: --resume grades them again.
+                    switch.stop()
                     for future in futures:
                         future.cancel()
                     raise

@@ -35,6 +35,7 @@ import os
 import secrets
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ from ..environment import TaskDirectory
 from ..isolation import Isolation, make_plan, probe
 from ..limits import Limits
 from ..outcome import Outcome, Status
-from ..sandbox import resolve_user, run
+from ..sandbox import Run, resolve_user, start
 from ..verdict import Verdict, judge
 from .evidence import EvidenceRecorder
 from .results import SubmissionResult
@@ -60,6 +61,7 @@ __all__ = [
     "file_digests",
     "PYTEST_INI",
     "GRADE_ISOLATION",
+    "StopSwitch",
 ]
 
 # The whole pytest configuration of a test run.  Written by the grader; the
@@ -289,8 +291,8 @@ def _install(layout: Layout, python: Path, space: _Workspace, settings: GradeSet
     )
     # pip needs the package index; what it builds and installs stays in the task directory.
     isolation = dataclasses.replace(settings.isolation, network=True)
-    return run(command, limits=settings.limits, cwd=layout.root, env=_venv_env(python.parent.parent),
-               task=space.task, isolation=isolation)
+    return space.run(command, limits=settings.limits, cwd=layout.root, env=_venv_env(python.parent.parent),
+                     isolation=isolation)
 
 
 def _pytest_argv(python: Path, lib: Path, layout: Layout, grader: Path) -> list[str]:
@@ -333,6 +335,42 @@ def _result(submission: Submission, verdict: Verdict, reason: str, **fields: Any
     )
 
 
+class StopSwitch:
+    """Stops every sandboxed run started through it, at once (Ctrl-C while grading).
+
+    Thread-safe: :meth:`run` is called from the grading threads, :meth:`stop`
+    from the thread that caught the interrupt.  A run started after
+    :meth:`stop` is killed as soon as it starts.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: set[Run] = set()
+        self.stopped = False
+
+    def run(self, argv: list[str], **options: Any) -> Outcome:
+        """Like :func:`cellbox.sandbox.run`, but stoppable by :meth:`stop`."""
+        started = start(argv, **options)
+        with self._lock:
+            self._runs.add(started)
+            stopped = self.stopped
+        if stopped:
+            started.kill()
+        try:
+            return started.wait()
+        finally:
+            with self._lock:
+                self._runs.discard(started)
+
+    def stop(self) -> None:
+        """Kill every run in progress (their status becomes ``interrupted``)."""
+        with self._lock:
+            self.stopped = True
+            runs = list(self._runs)
+        for each in runs:
+            each.kill()
+
+
 @dataclasses.dataclass
 class _Workspace:
     """One submission's directories: the task directory (the child's) and the grader's, beside it.
@@ -345,9 +383,10 @@ class _Workspace:
     task: TaskDirectory
     grader: Path
     owner: tuple[int, int] | None
+    switch: StopSwitch
 
     @classmethod
-    def create(cls, settings: GradeSettings) -> _Workspace:
+    def create(cls, settings: GradeSettings, switch: StopSwitch | None = None) -> _Workspace:
         owner = settings.child_owner()
         task = TaskDirectory.create(settings.task_root, prefix="cellbox-grade-")
         try:
@@ -355,7 +394,11 @@ class _Workspace:
         except BaseException:
             task.remove()
             raise
-        return cls(task=task, grader=grader, owner=owner)
+        return cls(task=task, grader=grader, owner=owner, switch=switch or StopSwitch())
+
+    def run(self, argv: list[str], **options: Any) -> Outcome:
+        """Run ``argv`` in the sandbox with this task directory (stoppable by the grading run's switch)."""
+        return self.switch.run(argv, task=self.task, **options)
 
     def give(self, path: Path) -> None:
         """Hand ``path`` and everything below it to the children's user (when that is another user)."""
@@ -402,12 +445,11 @@ def _run_tests(
     nonce = secrets.token_hex(16)
     recorder = EvidenceRecorder(nonce, suite.expected)
     isolation = dataclasses.replace(settings.isolation, read_only=(*settings.isolation.read_only, str(space.grader)))
-    outcome = run(
+    outcome = space.run(
         _pytest_argv(python, lib, layout, space.grader),
         limits=settings.limits,
         cwd=layout.root,
         env=_venv_env(python.parent.parent),
-        task=space.task,
         stdin=nonce + "\n",
         channel=True,
         on_message=recorder.feed,
@@ -445,18 +487,23 @@ def _grade_in(
 
 
 def grade_submission(
-    submission: Submission, suite: Suite, settings: GradeSettings, base: BaseLibrary
+    submission: Submission,
+    suite: Suite,
+    settings: GradeSettings,
+    base: BaseLibrary,
+    switch: StopSwitch | None = None,
 ) -> SubmissionResult:
     """Grade one submission in a new task directory, removed before returning.
 
     A submission that cannot be laid out (an unsafe zip, a bad notebook) is
-    ``unverified`` with the one-line reason.
+    ``unverified`` with the one-line reason.  ``switch`` lets another thread
+    stop its runs (see :class:`StopSwitch`).
 
     Raises:
         OSError, SandboxError: the grader itself failed (see :func:`grade_safely`).
     """
     started = time.monotonic()
-    space = _Workspace.create(settings)
+    space = _Workspace.create(settings, switch)
     try:
         result = _grade_in(space, submission, suite, settings, base)
     except SubmissionError as exc:
@@ -468,7 +515,11 @@ def grade_submission(
 
 
 def grade_safely(
-    submission: Submission, suite: Suite, settings: GradeSettings, base: BaseLibrary
+    submission: Submission,
+    suite: Suite,
+    settings: GradeSettings,
+    base: BaseLibrary,
+    switch: StopSwitch | None = None,
 ) -> SubmissionResult:
     """:func:`grade_submission`, with any failure of the grader's own code made that submission's row.
 
@@ -477,7 +528,7 @@ def grade_safely(
     """
     started = time.monotonic()
     try:
-        return grade_submission(submission, suite, settings, base)
+        return grade_submission(submission, suite, settings, base, switch)
     except Exception as exc:  # noqa: BLE001 - one submission's failure must not stop the others
         first = str(exc).splitlines()[0] if str(exc) else ""
         return _result(
