@@ -95,6 +95,15 @@ def test_buggy_submission_names_the_failing_assertions(cases: tuple[Path, Suite]
     assert (result.passed, result.failed, result.total, result.score) == (1, 4, 5, 20.0)
 
 
+def test_missing_module_is_unverified_with_the_import_error(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
+    result = grade("missing", cases, base)
+    assert result.reason == (
+        "pytest exit 2 (test run interrupted or a collection error): "
+        "test_fib.py: ModuleNotFoundError: No module named 'fib'"
+    )
+    assert result.run is not None and result.run["exit_code"] == 2
+
+
 def test_hanging_submission_names_the_test_that_was_running(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
     result = grade("hanging", cases, base)
     assert result.verdict is Verdict.TIMED_OUT

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from typing import Any
 
@@ -86,7 +87,7 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
     if report.failed:
         text = str(report.longrepr) if report.longrepr else "collection failed"
         lines = [line for line in text.splitlines() if line.strip()]
-        last = lines[-1] if lines else text
+        last = re.sub(r"^E\s+", "", lines[-1]) if lines else text  # pytest's "E   " marks the error line
         _send("collect_error", nodeid=report.nodeid, message=_cut(last), detail=_cut(text))
 
 
