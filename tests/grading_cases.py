@@ -73,6 +73,11 @@ subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "{DAEMON
         "unverified",
     ),
     "skips_tests": ({"fib.py": "import pytest\n\ndef fib(n):\n    pytest.skip('not today')\n"}, "failed"),
+    "pytest_exit_in_test": (
+        {"fib.py": GOOD_FIB + "\nimport pytest\n_real = fib\ndef fib(n):\n"
+                              "    if n == 10:\n        pytest.exit('done', returncode=0)\n    return _real(n)\n"},
+        "unverified",
+    ),
     "exits_in_test": ({"fib.py": "import sys\n\ndef fib(n):\n    sys.exit(0)\n"}, "failed"),
     "own_config": (
         {
