@@ -305,3 +305,26 @@ def test_bubblewrap_layers_are_spawned_with_a_note(server: ForkServer) -> None:
     assert outcome.stdout == "6\n"
     assert "forkserver" not in outcome.isolation
     assert any("need a spawned launcher" in note for note in outcome.notes)
+
+
+def test_run_that_removes_the_task_directory_does_not_break_the_server_start() -> None:
+    with TaskDirectory.create() as task:
+        fork_server = ForkServer(preload=[], task=task)
+        try:
+            argv = [
+                sys.executable,
+                "-m",
+                "cellbox._testprog",
+                "import shutil, os; shutil.rmtree(os.path.dirname(os.environ['HOME']))",
+            ]
+            first = run(argv, forkserver=fork_server, task=task, cwd="/tmp")
+            assert first.status is Status.OK  # the server could not start in the removed directory; no harm done
+            assert fork_server.launcher_pid is None and fork_server.last_error is not None
+            for part in (task.home, task.work, task.tmp):
+                part.mkdir(parents=True, exist_ok=True)
+            again = [sys.executable, "-m", "cellbox._testprog", "print(7)"]
+            assert run(again, forkserver=fork_server, task=task).stdout == "7\n"  # spawned; the server starts after it
+            assert fork_server.wait_ready(60)
+            assert "forkserver" in run(again, forkserver=fork_server, task=task).isolation
+        finally:
+            fork_server.close()

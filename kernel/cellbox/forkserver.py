@@ -236,6 +236,7 @@ class ForkServer:
         self.closed = False
         self._wanted = False
         self.broken: str | None = None
+        self.last_error: str | None = None
 
     # ------------------------------------------------------------------ life
 
@@ -261,7 +262,13 @@ class ForkServer:
                 self.broken = _last_line(server)
                 return None
             self.restarts += 1
-        self._server = _Server(self.preload, self.task, self.spare)
+        try:
+            self._server = _Server(self.preload, self.task, self.spare)
+        except (OSError, RuntimeError) as exc:
+            # A cell may have removed the task directory (the kernel makes it again
+            # before the next cell): try again when the next spawned run ends.
+            self.last_error = str(exc)
+            return None
         return self._server
 
     def _retire(self, server: _Server) -> None:
@@ -352,7 +359,7 @@ class ForkServer:
                 return ""
             server = self._ensure()
             if server is None:
-                return f"the fork server could not start ({self.broken})"
+                return f"the fork server could not start ({self.broken or self.last_error})"
             if not server.ready.is_set():
                 return ""  # still importing: this run is spawned, the next one forked
             size = int(server.hello.get("vm_size", 0))

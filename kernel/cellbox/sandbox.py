@@ -722,7 +722,10 @@ class Run:
             self._cgroup = None
         release, self._release = self._release, None
         if release is not None:
-            release()
+            try:
+                release()
+            except Exception as exc:  # noqa: BLE001 - the run's result matters more than the fork server's
+                self._notes.append(f"forkserver: {exc}")
         if self._own_task:
             self.task.remove()
 
