@@ -14,6 +14,7 @@ import pytest
 
 from cellbox.limits import Limits
 from cellbox.outcome import Status
+from cellbox.sandbox import run
 from sandboxkit import marker, rss_bytes, run_python, survivors
 
 # --------------------------------------------------------------------------- CPU
@@ -320,3 +321,35 @@ def test_input_with_no_stdin_fails_at_once() -> None:
 def test_stdin_bytes_reach_the_child() -> None:
     outcome = run_python("print(input().upper())", stdin=b"hello\n")
     assert outcome.stdout == "HELLO\n"
+
+
+def test_processes_stopped_at_the_deadline_are_counted() -> None:
+    mark = marker()
+    outcome = run(
+        ["/bin/sh", "-c", f"sleep 100 & sleep 100 & sleep 100 & wait # {mark}"],
+        limits=Limits(wall_time=1),
+    )
+    assert outcome.status is Status.TIMED_OUT
+    assert outcome.killed_processes == 3  # the three sleeps; the command itself is not counted
+    assert survivors(mark) == []
+
+
+def test_daemon_forked_while_the_command_exits_never_stalls_the_run() -> None:
+    # The supervisor once stopped looking when one scan of /proc came back empty
+    # while a daemon was still being forked and re-parented to it; the run then
+    # waited past its deadline.  Racing the command's exit many times catches that.
+    mark = marker()
+    code = """
+        import os
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                import time
+                time.sleep(1000)
+            os._exit(0)
+    """
+    for _ in range(15):
+        outcome = run_python(code, mark, limits=Limits(wall_time=20))
+        assert outcome.status is Status.OK
+        assert outcome.wall_time < 3
+    assert survivors(mark) == []

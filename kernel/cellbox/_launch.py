@@ -372,27 +372,33 @@ class Supervisor:
                 self.child_status, self.child_rusage = status, usage
 
     def kill_all(self):
-        """SIGKILL the command's group and every descendant until none is left."""
+        """SIGKILL the command's group and every descendant until none is left.
+
+        Ends only when this process has no child at all (wait4 says ECHILD): a
+        scan of /proc can miss a process that is being forked or re-parented to
+        us at that moment, so an empty scan is not proof that the run is over.
+        """
         me = os.getpid()
-        for _ in range(1000):
+        while True:
+            # Look before killing: once the group is killed its members are
+            # zombies, and the count of processes stopped would come out short.
+            pids = descendants(me, cgroup_pids(self.spec.get("cgroup")))
+            self.killed.update(pid for pid in pids if pid != self.child)
             if self.child_status is None:
                 try:
                     os.killpg(self.child, signal.SIGKILL)
                 except OSError:
                     pass
-            pids = descendants(me, cgroup_pids(self.spec.get("cgroup")))
-            if not pids:
-                break
             for pid in pids:
                 try:
                     os.kill(pid, signal.SIGKILL)
-                    if pid != self.child:
-                        self.killed.add(pid)
                 except OSError:
                     pass
-            self.reap()
-        while self.reap():
-            select.select([], [], [], 0.005)
+            if not self.reap():
+                return
+            if not pids:
+                # A child is still exiting, or was just re-parented to us: look again.
+                select.select([], [], [], 0.005)
 
     def on_control(self):
         try:
