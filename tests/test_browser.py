@@ -235,10 +235,6 @@ def test_input_box_takes_the_answer_to_the_cell(notebook: Callable[..., Any]) ->
     nb.screenshot("08-input-answered", 0)
 
 
-@pytest.mark.xfail(
-    reason="kernel defect, reported: the interrupted input() shows cellrunner.py's Channel.receive frame",
-    strict=False,
-)
 def test_interrupting_input_says_so_without_kernel_internals(notebook: Callable[..., Any]) -> None:
     from playwright.sync_api import expect
 

@@ -111,7 +111,7 @@ def test_installed_spec_starts_a_kernel_with_its_limits(tmp_path: Path) -> None:
         ),
         (
             ["--memory", "lots"],
-            "cellbox install: error: --memory (memory): 'lots' is not a size; write a number with an "
+            "cellbox install: error: --memory: 'lots' is not a size; write a number with an "
             "optional unit, such as 256M, 1.5G or 64K",
         ),
     ],

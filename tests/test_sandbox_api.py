@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cellbox import sandbox
 from cellbox.environment import TaskDirectory
 from cellbox.limits import Limits
 from cellbox.outcome import Status
@@ -262,3 +264,27 @@ def test_no_preexec_fn_in_the_parent() -> None:
     # Rule 1: the core must never run Python between fork and exec in a threaded parent.
     source = (Path(__file__).parents[1] / "kernel" / "cellbox" / "sandbox.py").read_text()
     assert "preexec_fn=" not in source
+
+
+def test_failing_output_consumer_still_leaves_nothing_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without a pids cgroup (every non-root user) only the launcher can kill the
+    # tree when the parent gives up on a run: it must be given the time to.
+    monkeypatch.setattr(sandbox, "pids_cgroup_root", lambda: None)
+    mark = marker()
+    code = """
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            time.sleep(100)
+        print("started", flush=True)
+        time.sleep(100)
+    """
+
+    def consumer(text: str) -> None:
+        raise RuntimeError("the consumer of the output failed")
+
+    start_time = time.monotonic()
+    with pytest.raises(RuntimeError, match="consumer of the output failed"):
+        run_python(code, mark, on_stdout=consumer)
+    assert time.monotonic() - start_time < 5
+    assert survivors(mark) == []

@@ -107,7 +107,11 @@ def _install_stdin(channel: Channel, allow_stdin: bool) -> None:
             what = "getpass" if password else "raw_input"
             raise StdinNotImplementedError(f"{what} was called, but this frontend does not support input requests.")
         channel.send({"type": "input_request", "prompt": str(prompt), "password": password})
-        reply = channel.receive()
+        try:
+            reply = channel.receive()
+        except KeyboardInterrupt:
+            # SIGINT while waiting for the answer: the same words as ipykernel's.
+            raise KeyboardInterrupt("Interrupted by user") from None
         if reply.get("interrupted"):
             raise KeyboardInterrupt("Interrupted by user")
         if "error" in reply:

@@ -102,6 +102,28 @@ class CellCompiler(CachingCompiler):
         return os.path.join(os.environ.get("TMPDIR") or tempfile.gettempdir(), "cells", f"{digest}.py")
 
 
+_CELLBOX_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _without_trailing_cellbox_frames(tb: Any) -> Any:
+    """Cut the frames of cellbox's own code off the end of a traceback.
+
+    An exception raised inside cellbox's replacements (``input()`` waiting on the
+    kernel when the user interrupts) would otherwise end the student's traceback
+    with cellbox's source lines: IPython always shows the last frame, even one
+    marked ``__tracebackhide__``.  Frames of the user's code are never cut.
+    """
+    last_user = None
+    node = tb
+    while node is not None:
+        if not node.tb_frame.f_code.co_filename.startswith(_CELLBOX_DIR):
+            last_user = node
+        node = node.tb_next
+    if last_user is not None:
+        last_user.tb_next = None
+    return tb
+
+
 class CellShell(InteractiveShell):
     """IPython's shell whose display, results and errors go to :attr:`channel`."""
 
@@ -109,6 +131,10 @@ class CellShell(InteractiveShell):
     compiler_class = Type(CellCompiler)
     display_pub_class = Type(ChannelDisplayPublisher)
     displayhook_class = Type(ChannelDisplayHook)
+
+    def _get_exc_info(self, exc_tuple=None):  # type: ignore[no-untyped-def]
+        etype, evalue, tb = super()._get_exc_info(exc_tuple)
+        return etype, evalue, _without_trailing_cellbox_frames(tb)
 
     def _showtraceback(self, etype, evalue, stb):  # type: ignore[no-untyped-def]
         self.channel.send({"type": "error", "ename": etype.__name__, "evalue": str(evalue), "traceback": list(stb)})

@@ -204,7 +204,8 @@ class Limits:
         changes: dict[str, Any] = {}
         for raw_name, raw_value in values.items():
             name = ALIASES.get(raw_name, raw_name).replace("-", "_")
-            where = f"{source} ({raw_name})" if source else raw_name
+            # A flag such as --memory names the limit already; a %%limits line does not.
+            where = source if source and source.startswith("--") else f"{source} ({raw_name})" if source else raw_name
             if name in _TIME_FIELDS:
                 changes[name] = parse_time(raw_value, source=where)
             elif name in _SIZE_FIELDS:

@@ -482,6 +482,8 @@ class Run:
                 self.proc.returncode = 0 if record is not None else -signal.SIGKILL
             else:
                 _pid, wait_status, _usage = os.wait4(self.proc.pid, 0)
+                # Reaped: from here on its pid may belong to another process.
+                self.proc.returncode = os.waitstatus_to_exitcode(wait_status)
             return self._outcome(record, exec_error, wait_status)
         finally:
             self._cleanup()
@@ -707,15 +709,7 @@ class Run:
                     stream.close()
             self._close_stdin()
             if proc.returncode is None:
-                try:
-                    proc.kill()
-                except OSError:
-                    pass
-                try:
-                    os.waitpid(proc.pid, 0)
-                except ChildProcessError:
-                    pass
-            proc.returncode = proc.returncode if proc.returncode is not None else -9
+                _stop_launcher(proc)
         cgroup = getattr(self, "_cgroup", None)
         if cgroup is not None:
             cgroup.remove()
@@ -728,6 +722,33 @@ class Run:
                 self._notes.append(f"forkserver: {exc}")
         if self._own_task:
             self.task.remove()
+
+
+def _stop_launcher(proc: subprocess.Popen[bytes] | _Forked) -> None:
+    """End a launcher whose run was abandoned (an exception or Ctrl-C in :meth:`Run.wait`).
+
+    Its control pipe is closed by now, and on end-of-file the launcher kills
+    the whole tree and exits by itself: give it :data:`KILL_GRACE` seconds to do
+    that before killing it, or the tree it supervises would be left behind.
+    """
+    if isinstance(proc, subprocess.Popen):
+        try:
+            proc.wait(timeout=KILL_GRACE)
+            return
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return
+    deadline = time.monotonic() + KILL_GRACE
+    while time.monotonic() < deadline:
+        try:
+            os.kill(proc.pid, 0)
+        except ProcessLookupError:
+            proc.returncode = -signal.SIGKILL
+            return
+        time.sleep(0.01)
+    proc.kill()
+    proc.returncode = -signal.SIGKILL
 
 
 def _writable_by(path: str, uid: int, groups: Sequence[int]) -> bool:
