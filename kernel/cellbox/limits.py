@@ -14,7 +14,7 @@ wall_time      seconds      the parent's deadline, then a kill of the tree
 cpu_time       seconds      RLIMIT_CPU, soft n (SIGXCPU), hard n + 1 (SIGKILL)
 memory         bytes        RLIMIT_AS (allocation fails: MemoryError)
 output         bytes        the parent stops reading and kills the tree
-file_size      bytes        RLIMIT_FSIZE (write fails: EFBIG, SIGXFSZ ignored)
+file_size      bytes        RLIMIT_FSIZE (Python: EFBIG; others: SIGXFSZ)
 open_files     count        RLIMIT_NOFILE
 processes      count        a pids cgroup when writable, else RLIMIT_NPROC
 nice           0..19        setpriority(2)
