@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -86,3 +87,10 @@ def test_is_complete_follows_ipythons_rules(kc: BlockingKernelClient, code: str,
 def test_names_from_a_cell_with_a_limits_line_complete(kc: BlockingKernelClient) -> None:
     execute(kc, "%%limits wall=10\nlimited_value = 3")
     assert complete(kc, "limited_v")["matches"] == ["limited_value"]
+
+
+def test_warm_up_runs_a_real_completion(tmp_path: Path) -> None:
+    from cellbox.completion import warm_up
+
+    matches = warm_up(str(tmp_path))
+    assert "path" in matches and "pardir" in matches

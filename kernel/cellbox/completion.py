@@ -10,9 +10,14 @@ a cell produced is executed or unpickled here (design rule 6).
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any
 
-__all__ = ["is_complete", "complete", "inspect", "magic_names"]
+__all__ = ["is_complete", "complete", "inspect", "magic_names", "warm_up"]
+
+# jedi's caches are not made for two analyses at once: the warm-up and a
+# request take turns.
+_JEDI_LOCK = threading.Lock()
 
 
 def is_complete(code: str) -> dict[str, Any]:
@@ -86,8 +91,9 @@ def complete(history: list[str], code: str, cursor_pos: int, notebook_dir: str) 
         matches, start = magics
         return _reply(matches, start, cursor_pos, [])
     try:
-        script, line, column = _script(history, code, cursor_pos, notebook_dir)
-        completions = script.complete(line, column)
+        with _JEDI_LOCK:
+            script, line, column = _script(history, code, cursor_pos, notebook_dir)
+            completions = script.complete(line, column)
     except Exception:  # noqa: BLE001 - jedi gives up on some code; no completions then
         completions = []
     if not completions:
@@ -113,15 +119,16 @@ def inspect(history: list[str], code: str, cursor_pos: int, notebook_dir: str, d
     """The ``inspect_reply`` content: signature and docstring of the name at (or called at) the cursor."""
     text = ""
     try:
-        script, line, column = _script(history, code, cursor_pos, notebook_dir)
-        names = script.infer(line, column) or script.help(line, column)
-        if not names:
-            names = [sig for sig in script.get_signatures(line, column)]
-        if names:
-            name = names[0]
-            doc = name.docstring()
-            header = f"{name.type}: {name.full_name or name.name}"
-            text = f"{header}\n\n{doc}" if doc else header
+        with _JEDI_LOCK:
+            script, line, column = _script(history, code, cursor_pos, notebook_dir)
+            names = script.infer(line, column) or script.help(line, column)
+            if not names:
+                names = [sig for sig in script.get_signatures(line, column)]
+            if names:
+                name = names[0]
+                doc = name.docstring()
+                header = f"{name.type}: {name.full_name or name.name}"
+                text = f"{header}\n\n{doc}" if doc else header
     except Exception:  # noqa: BLE001 - jedi gives up on some code; nothing found then
         text = ""
     return {
@@ -130,3 +137,17 @@ def inspect(history: list[str], code: str, cursor_pos: int, notebook_dir: str, d
         "data": {"text/plain": text} if text else {},
         "metadata": {},
     }
+
+
+def warm_up(notebook_dir: str) -> list[str]:
+    """Do one throwaway completion, so the user's first Tab is answered quickly.
+
+    The first jedi analysis of a session imports jedi and parses the standard
+    library's stubs (seconds on a busy machine), and JupyterLab drops a
+    completion reply that takes longer than its 1 s ``providerTimeout``.  The
+    kernel runs this in a background thread when it starts.  Returns the
+    matches, for tests.
+    """
+    magic_names()
+    reply = complete([], "import os\nos.pa", len("import os\nos.pa"), notebook_dir)
+    return list(reply["matches"])

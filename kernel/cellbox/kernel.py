@@ -190,6 +190,12 @@ class CellboxKernel(Kernel):
         self._input_cancel = threading.Event()
         self._last_outcome: dict[str, Any] | None = None
         atexit.register(self.task.remove)
+        # The first completion of a session is slow (jedi's start-up); pay it now.
+        from .completion import warm_up
+
+        threading.Thread(
+            target=warm_up, args=(self.notebook_dir,), daemon=True, name="cellbox-completion-warm-up"
+        ).start()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
 
