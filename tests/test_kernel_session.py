@@ -242,6 +242,21 @@ def test_kernel_info_is_pythons_with_limits_in_the_banner_and_no_debugger(kc: Bl
     assert "debugger" not in info["supported_features"]
     assert info.get("debugger", False) is False
     assert "limits: wall 30 s, cpu 30 s, memory 2G, output 1M" in info["banner"]
+    assert info["banner"].splitlines()[-1] == (
+        "Isolation none: rlimits and environment allowlist only "
+        "(cells can read your files and use the network; see `cellbox doctor`)"
+    )
+
+
+def test_banner_lists_the_isolation_layers_cells_get(tmp_path: Path) -> None:
+    from cellbox.isolation import Isolation, describe
+
+    expected = describe(Isolation(mode="auto"))
+    with running_kernel("cellbox", cwd=str(tmp_path), extra=["--CellboxKernel.isolation=auto"]) as (_km, kc):
+        kc.kernel_info()
+        banner = kc.get_shell_msg(timeout=30)["content"]["banner"]
+    assert banner.splitlines()[-1] == expected[0].upper() + expected[1:]
+    assert expected.startswith("isolation auto: ")
 
 
 def test_settings_in_the_kernel_arguments_set_the_session_limits(tmp_path: Path) -> None:

@@ -46,7 +46,7 @@ from . import __version__
 from .cellerrors import error_for_outcome, exit_reason
 from .environment import TaskDirectory
 from .forkserver import ForkServer
-from .isolation import Isolation, IsolationError
+from .isolation import Isolation, IsolationError, describe
 from .limits import LimitError, Limits, format_size
 from .magics import cell_limits
 from .outcome import Outcome, Status
@@ -235,8 +235,19 @@ class CellboxKernel(Kernel):
         return (
             f"Python {platform.python_version()} (cellbox {__version__})\n"
             f"Every cell runs in a fresh process with limits: {self.session_limits.describe()}.\n"
-            "Change them for one cell with a first line such as: %%limits wall=60 memory=4G"
+            "Change them for one cell with a first line such as: %%limits wall=60 memory=4G\n"
+            f"{self._isolation_line()}"
         )
+
+    def _isolation_line(self) -> str:
+        """The banner's line on isolation: the layers cells get, or that they can reach the user's files."""
+        try:
+            line = describe(self.cell_isolation())
+        except Exception as exc:  # noqa: BLE001 - a bad setting is reported when a cell runs; the banner still shows
+            return f"Isolation: {exc}"
+        if self.isolation == "none":
+            line += " (cells can read your files and use the network; see `cellbox doctor`)"
+        return line[0].upper() + line[1:]
 
     @property
     def kernel_info(self) -> dict[str, Any]:  # type: ignore[override]
