@@ -94,3 +94,30 @@ def test_warm_up_runs_a_real_completion(tmp_path: Path) -> None:
 
     matches = warm_up(str(tmp_path))
     assert "path" in matches and "pardir" in matches
+
+
+def _complete(kc: BlockingKernelClient, code: str) -> list[str]:
+    msg_id = kc.complete(code, len(code))
+    while True:
+        reply = kc.get_shell_msg(timeout=60)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return list(reply["content"]["matches"])
+
+
+def test_completion_right_at_start_and_after_an_interrupt_still_answers(tmp_path: Path) -> None:
+    # Requests racing the start-up warm-up once deadlocked the kernel with
+    # jedi's helper process; an interrupt (sent to the kernel's whole process
+    # group in signal mode) kills that helper, and the next Tab came back empty.
+    import threading
+
+    with running_kernel("cellbox", cwd=str(tmp_path), interrupt_mode="signal") as (km, kc):
+        for _ in range(3):
+            assert "path" in _complete(kc, "import os\nos.pa")
+        code = "import time\nprint('started')\ntime.sleep(300)"
+
+        def during(msg: dict[str, Any]) -> None:
+            if msg["msg_type"] == "stream" and "started" in msg["content"]["text"]:
+                threading.Timer(0.3, km.interrupt_kernel).start()
+
+        assert execute(kc, code, during=during).content["ename"] == "KeyboardInterrupt"
+        assert "path" in _complete(kc, "import os\nos.pa")

@@ -90,18 +90,27 @@ def complete(history: list[str], code: str, cursor_pos: int, notebook_dir: str) 
     if magics is not None:
         matches, start = magics
         return _reply(matches, start, cursor_pos, [])
-    try:
-        with _JEDI_LOCK:
-            script, line, column = _script(history, code, cursor_pos, notebook_dir)
-            completions = script.complete(line, column)
-    except Exception:  # noqa: BLE001 - jedi gives up on some code; no completions then
-        completions = []
-    if not completions:
+    # Two tries: jedi's helper process dies when an interrupt signals the
+    # kernel's process group, and jedi starts a new one on the next call.
+    for _attempt in range(2):
+        try:
+            # Everything that touches jedi's objects stays under the lock: their
+            # attributes are computed lazily, through jedi's one helper process.
+            with _JEDI_LOCK:
+                script, line, column = _script(history, code, cursor_pos, notebook_dir)
+                completions = script.complete(line, column)
+                if not completions:
+                    return _reply([], cursor_pos, cursor_pos, [])
+                typed = len(completions[0].name_with_symbols) - len(completions[0].complete)
+                start = cursor_pos - typed
+                found = [(c.name_with_symbols, c.type) for c in completions]
+            break
+        except Exception:  # noqa: BLE001 - jedi gives up on some code; no completions then
+            continue
+    else:
         return _reply([], cursor_pos, cursor_pos, [])
-    typed = len(completions[0].name_with_symbols) - len(completions[0].complete)
-    start = cursor_pos - typed
-    matches = [c.name_with_symbols for c in completions]
-    types = [{"start": start, "end": cursor_pos, "text": c.name_with_symbols, "type": c.type} for c in completions]
+    matches = [name for name, _type in found]
+    types = [{"start": start, "end": cursor_pos, "text": name, "type": kind} for name, kind in found]
     return _reply(matches, start, cursor_pos, types)
 
 
