@@ -148,3 +148,21 @@ def test_limits_line_below_the_first_line_is_refused_before_the_cell_runs(kc: Bl
         "%%limits line: %%limits works on the first line of a cell only; move it there",
     )
     assert result.stream() == ""
+
+
+def test_shell_escape_and_pip_work_with_isolation_on(tmp_path: Path) -> None:
+    # IPython runs !cmd through a pseudo-terminal; the Landlock rules once left
+    # the view's own /dev/pts out, and every !cmd and %pip failed under `auto`.
+    from cellbox.isolation import probe
+
+    if "fs" in probe().missing:
+        pytest.skip(f"the fs layer is not available here: {probe().missing['fs']}")
+    notebook = tmp_path / "notebook"
+    notebook.mkdir()
+    for directory in (tmp_path, notebook):
+        directory.chmod(0o777)  # as root, isolated cells run as nobody
+    with running_kernel("cellbox", cwd=str(notebook), extra=["--CellboxKernel.isolation=auto"]) as (_km, kc):
+        assert execute(kc, "!echo from the shell").stream() == "from the shell\r\n"
+        pip = execute(kc, "%pip --version")
+        assert pip.status == "ok", pip.traceback
+        assert pip.stream().startswith("pip ")

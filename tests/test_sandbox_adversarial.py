@@ -353,3 +353,13 @@ def test_daemon_forked_while_the_command_exits_never_stalls_the_run() -> None:
         assert outcome.status is Status.OK
         assert outcome.wall_time < 3
     assert survivors(mark) == []
+
+
+@pytest.mark.parametrize("megabytes", [30, 60], ids=["loader-cannot-map", "openblas-gives-up"])
+def test_numpy_import_under_a_tight_memory_limit_is_memory_limit(megabytes: int) -> None:
+    pytest.importorskip("numpy")
+    # Under RLIMIT_AS the loader cannot map OpenBLAS (an ImportError), or
+    # OpenBLAS cannot get its buffers and exits with its own message: neither
+    # is a MemoryError, and both are the memory limit.
+    outcome = run_python("import numpy", limits=Limits(memory=megabytes * 1024**2, wall_time=20))
+    assert outcome.status is Status.MEMORY_LIMIT, outcome.stderr[-500:]

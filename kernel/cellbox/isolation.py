@@ -527,6 +527,10 @@ def landlock_rules(
     write = [cwd, task, *isolation.writable, "/dev/shm", "/dev/null", "/dev/zero", "/dev/full"]
     if "fs" in plan.layers:
         write.append("/tmp")  # the run's own tmpfs in the view
+        # The view's own devpts instance (bwrap --dev): pseudo-terminals for
+        # IPython's !cmd, private to the run.  The host's /dev/pts is never opened
+        # up, where another terminal of the same user could be written to.
+        write += ["/dev/pts", "/dev/ptmx"]
     return {
         "read": list(dict.fromkeys([*read, *isolation.read_only])),
         "write": list(dict.fromkeys(write)),

@@ -764,9 +764,21 @@ def _writable_by(path: str, uid: int, groups: Sequence[int]) -> bool:
     return bool(info.st_mode & 0o003 == 0o003)
 
 
+# What programs print instead of a MemoryError when RLIMIT_AS refuses them:
+# OpenBLAS's buffers at numpy's import (in every cell once numpy is in the
+# carried state), and the dynamic loader mapping a library (an ImportError).
+_LIBRARY_OUT_OF_MEMORY = (
+    "OpenBLAS error: Memory allocation still failed",
+    "failed to map segment from shared object",
+)
+
+
 def _ends_in_memory_error(stderr: str) -> bool:
-    lines = [line for line in stderr[-4096:].splitlines() if line.strip()]
-    return bool(lines) and bool(_MEMORY_ERROR_RE.match(lines[-1]))
+    tail = stderr[-4096:]
+    lines = [line for line in tail.splitlines() if line.strip()]
+    if lines and _MEMORY_ERROR_RE.match(lines[-1]):
+        return True
+    return any(message in tail for message in _LIBRARY_OUT_OF_MEMORY)
 
 
 def classify(
