@@ -196,6 +196,12 @@ def test_bad_limits_line_is_an_error_and_the_cell_does_not_run(kc: BlockingKerne
     assert not marker.exists()
 
 
+def test_limit_given_twice_on_the_line_is_an_error(kc: BlockingKernelClient) -> None:
+    result = execute(kc, "%%limits wall=2 wall=3\nprint('ran')")
+    assert result.content["evalue"] == "%%limits line: wall is given twice; keep one wall=..."
+    assert result.stream() == ""
+
+
 def test_unknown_limit_name_is_named_in_the_error(kc: BlockingKernelClient) -> None:
     result = execute(kc, "%%limits speed=fast\n1")
     assert result.content["evalue"].startswith("%%limits line: unknown limit 'speed'; known limits: wall_time,")

@@ -69,6 +69,8 @@ def split_limits_line(code: str) -> tuple[dict[str, str] | None, str]:
                 f"{word!r} is not name=value; write for example %%limits wall=5 cpu=2 memory=256M",
                 source="%%limits line",
             )
+        if name in values:
+            raise LimitError(f"{name} is given twice; keep one {name}=...", source="%%limits line")
         values[name] = value
     return values, rest
 
