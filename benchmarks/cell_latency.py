@@ -26,8 +26,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 
+from benchkit import interleaved
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
@@ -73,14 +73,6 @@ def first_result(name: str, cwd: str) -> float:
         return time.perf_counter() - begin
     finally:
         stop(km, kc)
-
-
-def interleaved(measures: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {name: [] for name in measures}
-    for _ in range(rounds):
-        for name, measure in measures.items():
-            times[name].append(measure())
-    return times
 
 
 def report(title: str, times: dict[str, list[float]]) -> None:

@@ -22,8 +22,9 @@ import os
 import platform
 import statistics
 import sys
-import time
 from collections.abc import Callable
+
+from benchkit import cpu_model, interleaved, timed
 
 from cellbox.isolation import LAYERS, probe
 from cellbox.outcome import Status
@@ -46,24 +47,7 @@ def sandboxed(argv: list[str], isolation: str) -> Callable[[], None]:
 
 def measure(ways: dict[str, Callable[[], None]], rounds: int) -> dict[str, list[float]]:
     """Run each way once per round, in turn; return seconds per call for each way."""
-    times: dict[str, list[float]] = {name: [] for name in ways}
-    for _ in range(rounds):
-        for name, call in ways.items():
-            started = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - started)
-    return times
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+    return interleaved({name: timed(call) for name, call in ways.items()}, rounds)
 
 
 def main() -> None:
@@ -76,9 +60,7 @@ def main() -> None:
     if not active:
         raise SystemExit(f"no isolation layer works here: {support.missing}; see `cellbox doctor`")
     children = {"pass": TRIVIAL, **({"import numpy": NUMPY} if args.numpy else {})}
-    ways = {
-        f"{label}, {mode}": sandboxed(argv, mode) for label, argv in children.items() for mode in ("none", "auto")
-    }
+    ways = {f"{label}, {mode}": sandboxed(argv, mode) for label, argv in children.items() for mode in ("none", "auto")}
     for call in ways.values():  # warm the page cache, imports and the probe once
         call()
     times = measure(ways, args.rounds)

@@ -22,8 +22,9 @@ import platform
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
+
+from benchkit import cpu_model, interleaved, timed
 
 from cellbox.outcome import Status
 from cellbox.sandbox import run
@@ -55,24 +56,7 @@ def command_line() -> None:
 
 def measure(ways: dict[str, Callable[[], None]], rounds: int) -> dict[str, list[float]]:
     """Run each way once per round, in turn; return seconds per call for each way."""
-    times: dict[str, list[float]] = {name: [] for name in ways}
-    for _ in range(rounds):
-        for name, call in ways.items():
-            started = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - started)
-    return times
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+    return interleaved({name: timed(call) for name, call in ways.items()}, rounds)
 
 
 def main() -> None:
