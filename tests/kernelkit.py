@@ -14,6 +14,8 @@ from typing import Any
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
+from sandboxkit import survivors  # noqa: F401 - the kernel tests find leftovers the same way
+
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 TIMEOUT = 60.0
 
@@ -126,21 +128,3 @@ def execute(
     while reply["parent_header"].get("msg_id") != msg_id:
         reply = kc.get_shell_msg(timeout=timeout)
     return Result(reply=reply, messages=messages, arrivals=arrivals)
-
-
-def survivors(mark: str) -> list[int]:
-    """Pids of live processes whose command line contains ``mark``."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                cmdline = f.read()
-            with open(f"/proc/{name}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if mark.encode() in cmdline and state != b"Z":
-            found.append(int(name))
-    return found

@@ -16,6 +16,38 @@ from cellbox.sandbox import run
 FORKSERVER: ForkServer | None = None
 
 
+# The keys design.md gives an Outcome (its JSON, `cellbox run --json`).
+DESIGN_KEYS = frozenset(
+    {
+        "status",
+        "exit_code",
+        "signal",
+        "wall_time",
+        "cpu_time",
+        "peak_memory",
+        "stdout",
+        "stderr",
+        "truncated",
+        "isolation",
+    }
+)
+
+# Forks sleepers until the processes limit refuses one, then says how many it started.
+FORK_UNTIL_REFUSED = """
+import os, time
+pids = []
+try:
+    for _ in range(100):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        pids.append(pid)
+except OSError as exc:
+    print("stopped after", len(pids), type(exc).__name__)
+"""
+
+
 def marker() -> str:
     """A unique word to put in a child's command line, so its survivors can be found."""
     return f"cellbox-test-{uuid.uuid4().hex}"

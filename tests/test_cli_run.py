@@ -20,23 +20,10 @@ import pytest
 
 from cellbox.cli import main
 from cellbox.outcome import STATUS_EXIT_CODES, Status
-from sandboxkit import marker, survivors
+from sandboxkit import DESIGN_KEYS, marker, survivors
 
 ROOT = Path(__file__).resolve().parents[1]
 CELLBOX = Path(sys.executable).with_name("cellbox")
-# The keys design.md gives an Outcome, in the JSON of `cellbox run --json`.
-DESIGN_KEYS = {
-    "status",
-    "exit_code",
-    "signal",
-    "wall_time",
-    "cpu_time",
-    "peak_memory",
-    "stdout",
-    "stderr",
-    "truncated",
-    "isolation",
-}
 ROOT_WARNING = (
     "cellbox: warning: the child ran as root; rlimits do not contain root "
     "(use --user NAME to run it as an unprivileged user)"

@@ -46,7 +46,7 @@ from cellbox.limits import Limits
 from cellbox.outcome import Status
 from cellbox.sandbox import SandboxError, run, start
 from conftest import missing
-from sandboxkit import marker, run_python, survivors
+from sandboxkit import FORK_UNTIL_REFUSED, marker, run_python, survivors
 
 AUTO = Isolation(mode="auto")
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the unprivileged user switch happens only as root")
@@ -415,21 +415,6 @@ print(json.loads(inp.readline())["answer"])
     assert outcome.stdout == "42\n"
 
 
-FORK_TEN = """
-import os, time
-pids = []
-try:
-    for _ in range(100):
-        pid = os.fork()
-        if pid == 0:
-            time.sleep(30)
-            os._exit(0)
-        pids.append(pid)
-except OSError as exc:
-    print("stopped after", len(pids), type(exc).__name__)
-"""
-
-
 @as_root
 def test_processes_limit_holds_in_the_namespaces_without_a_pids_cgroup(
     all_layers: None, monkeypatch: pytest.MonkeyPatch
@@ -438,7 +423,7 @@ def test_processes_limit_holds_in_the_namespaces_without_a_pids_cgroup(
     # launcher sees only its PID namespace: the parent counts for it.
     monkeypatch.setattr(sandbox, "pids_cgroup_root", lambda: None)
     mark = marker()
-    outcome = run_python(FORK_TEN, mark, limits=Limits(processes=10, wall_time=10), isolation=AUTO)
+    outcome = run_python(FORK_UNTIL_REFUSED, mark, limits=Limits(processes=10, wall_time=10), isolation=AUTO)
     assert outcome.status is Status.OK, outcome.stderr
     assert "pids-cgroup" not in outcome.isolation
     started = int(outcome.stdout.split()[2])

@@ -15,7 +15,7 @@ import pytest
 from cellbox.limits import Limits
 from cellbox.outcome import Status
 from cellbox.sandbox import run
-from sandboxkit import marker, rss_bytes, run_python, survivors
+from sandboxkit import FORK_UNTIL_REFUSED, marker, rss_bytes, run_python, survivors
 
 # --------------------------------------------------------------------------- CPU
 
@@ -112,21 +112,8 @@ def test_fork_bomb_ends_on_time_and_leaves_no_process() -> None:
 
 
 def test_processes_limit_stops_forking() -> None:
-    code = """
-        import os, time
-        pids = []
-        try:
-            for _ in range(100):
-                pid = os.fork()
-                if pid == 0:
-                    time.sleep(30)
-                    os._exit(0)
-                pids.append(pid)
-        except OSError as exc:
-            print("stopped after", len(pids), type(exc).__name__)
-    """
     mark = marker()
-    outcome = run_python(code, mark, limits=Limits(processes=10, wall_time=10))
+    outcome = run_python(FORK_UNTIL_REFUSED, mark, limits=Limits(processes=10, wall_time=10))
     assert outcome.status is Status.OK
     assert "stopped after" in outcome.stdout
     started = int(outcome.stdout.split()[2])
