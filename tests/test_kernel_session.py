@@ -389,6 +389,10 @@ def test_forkserver_start_runs_cells_forked_with_the_same_results(tmp_path: Path
             forked = "forkserver" in execute(kc, "pass").metadata["cellbox"]["isolation"]
             time.sleep(0.5)
         assert forked
+        # The shell a spare built ahead of its cell is that cell's alone.
+        execute(kc, "import IPython\nIPython.marked = 1\nget_ipython().marked = 1")
+        seen = execute(kc, "print(hasattr(IPython, 'marked'), hasattr(get_ipython(), 'marked'), _dh == [_dh[0]])")
+        assert (seen.stream(), "forkserver" in seen.metadata["cellbox"]["isolation"]) == ("False False True\n", True)
         execute(kc, "import numpy as np\nvalues = np.arange(4)")
         result = execute(kc, "import matplotlib.pyplot as plt\nplt.plot(values ** 2)\nprint(values.sum())")
         assert result.stream() == "6\n"

@@ -9,8 +9,10 @@ server (the pattern of test_isolation's isolated copies).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -25,6 +27,7 @@ import test_sandbox_adversarial as adversarial
 from cellbox.environment import TaskDirectory
 from cellbox.forkserver import ForkServer
 from cellbox.limits import Limits
+from cellbox import sandbox
 from cellbox.outcome import Status
 from cellbox.sandbox import SandboxError, run, start
 
@@ -226,6 +229,75 @@ def _alive(pid: int | None) -> bool:
             return f.read().rpartition(b")")[2].split()[0] != b"Z"
     except OSError:
         return False
+
+
+# --------------------------------------------------------------------------- ahead of the run: cgroup and shell
+
+
+def test_forked_run_is_in_its_own_pids_cgroup_with_its_limit_which_is_removed_after(server: ForkServer) -> None:
+    root = sandbox.pids_cgroup_root()
+    if root is None:
+        pytest.skip("needs a writable pids cgroup (root); without one RLIMIT_NPROC is used, tested elsewhere")
+    code = f"path = {str(root)!r} + open('/proc/self/cgroup').read().split('pids:')[1].split()[0]\n"
+    code += "print(path, open(path + '/pids.max').read().strip())"
+    paths = []
+    for processes in (7, 9):
+        limits = Limits(wall_time=10, cpu_time=10, memory=1024**3, processes=processes)
+        stdout, _stderr, isolation = forked(server, code, limits=limits)
+        path, limit = stdout.split()
+        assert (limit, "pids-cgroup" in isolation) == (str(processes), True)
+        assert Path(path).name.startswith(f"cellbox-{os.getpid()}-")
+        paths.append(path)
+    assert paths[0] != paths[1]
+    assert sandbox._CGROUP_REMOVER.drain(10)
+    assert [os.path.exists(path) for path in paths] == [False, False]
+
+
+def test_cgroups_left_by_a_dead_process_are_found_and_ours_are_not(tmp_path: Path) -> None:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    names = [f"cellbox-{dead.stdout.strip()}-0123456789ab", f"cellbox-{os.getpid()}-0123456789ab", "cellbox-x-1", "other"]
+    for name in names:
+        (tmp_path / name).mkdir()
+    assert [c.path.name for c in sandbox._stale_cgroups(tmp_path)] == [names[0]]
+
+
+WARM_SHELL_CHECK = """
+import json, os, sys
+os.environ["MPLBACKEND"] = "agg"
+from cellbox import cellrunner
+channel = cellrunner.Channel(",".join(map(str, (os.pipe()[1], os.pipe()[0]))))
+
+def describe(shell, namespace):
+    return {
+        "names": sorted(shell.user_ns), "hidden": sorted(shell.user_ns_hidden),
+        "namespace_is_the_cells": shell.user_ns is namespace and shell.user_module.__dict__ is namespace,
+        "main_module": sys.modules["__main__"] is shell.user_module,
+        "completer": shell.Completer.namespace is namespace, "dh": [str(p) for p in shell.history_manager.dir_hist],
+        "channel": shell.channel is channel, "result": shell.run_cell("a + 1").result,
+    }
+
+if sys.argv[1] == "warm":
+    cellrunner.warm_start()
+    os.chdir(sys.argv[2])
+    namespace = {"a": 1}
+    shell = cellrunner._take_warm_shell(channel, namespace)
+    assert cellrunner._take_warm_shell(channel, {}) is None  # used once
+else:
+    os.chdir(sys.argv[2])
+    namespace = {"a": 1}
+    shell = cellrunner._new_shell(channel, namespace)
+print(json.dumps(describe(shell, namespace)))
+"""
+
+
+def test_shell_built_ahead_of_its_cell_is_the_shell_a_cell_would_build(tmp_path: Path) -> None:
+    seen = {}
+    for how in ("warm", "cold"):
+        done = subprocess.run([sys.executable, "-c", WARM_SHELL_CHECK, how, str(tmp_path)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        seen[how] = json.loads(done.stdout)
+    assert seen["warm"] == seen["cold"]
+    assert (seen["warm"]["dh"], seen["warm"]["result"], seen["warm"]["namespace_is_the_cells"]) == ([str(tmp_path)], 2, True)
 
 
 # --------------------------------------------------------------------------- the core's adversarial tests, forked

@@ -16,9 +16,14 @@ keeps one **spare** forked ahead of time:
 * the spare's **supervisor** (``P``): its own session, a child subreaper once
   it has a run; it is :class:`cellbox._launch.Supervisor`, so killing,
   reaping and the JSON exit record are the launcher's own code;
-* the spare's **command** (``C``), forked from ``P`` at once: it touches the
-  objects a run will use (paying the copy-on-write faults while nobody waits),
-  then blocks until it is given a run.
+* the spare's **command** (``C``), forked from ``P`` at once: it moves itself
+  into the pids cgroup the parent made for the next run (a move waits for
+  every fork on the machine to finish, milliseconds, so it is done here while
+  nobody waits), calls the
+  ``warm_start()`` of the module the server was told to warm (the cell runner
+  builds IPython's shell and runs an empty cell through it, paying that and
+  its copy-on-write faults while nobody waits), then blocks until it is given
+  a run.
 
 A hand-off is one message from the parent: the run's spec as JSON, and its
 pipes (status, control, stdout, stderr, stdin, the channel) as SCM_RIGHTS
@@ -174,27 +179,50 @@ def prepare_entry(module):
             pass
 
 
-def warm():
-    """Touch what a run will touch: every loaded module's names (pays copy-on-write faults early)."""
-    touched = 0
-    for module in list(sys.modules.values()):
-        for value in list(getattr(module, "__dict__", {}).values()):
-            touched += getattr(value, "__code__", None) is not None
-    return touched
+def warm(module):
+    """Call ``module.warm_start()`` when the module is loaded and has one; ``False`` when it failed.
+
+    It prepares, in this spare only, what the module's next run would build
+    first (see :func:`cellbox.cellrunner.warm_start`).  A warm-up that fails
+    is forgotten: the run then builds everything itself, as a spawned one does.
+    """
+    hook = getattr(sys.modules.get(module or ""), "warm_start", None)
+    if hook is None:
+        return True
+    try:
+        hook()
+        return True
+    except Exception:  # noqa: BLE001 - only a head start
+        return False
 
 
 # --------------------------------------------------------------------------- the command
 
 
-def command_main(sock):
-    """``C``: warm up, wait for the run, then become it.  Never returns."""
+def join_cgroup(path):
+    """Move this process into the cgroup at ``path``; ``True`` when it is there (cgroups(7), cgroup.procs)."""
+    if not path:
+        return False
     try:
-        warm()
+        with open(os.path.join(path, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+        return True
+    except OSError:
+        return False  # the run's own set-up tries again, and reports what fails
+
+
+def command_main(sock, warm_module, cgroup):
+    """``C``: join the next run's cgroup, warm up, wait for the run, then become it.  Never returns."""
+    try:
+        joined = cgroup if join_cgroup(cgroup) else None
+        warm(warm_module)
         spec, fds = receive(sock)
         sock.close()
         if spec is None:
             os._exit(0)
         named = dict(zip(spec["handoff"], fds, strict=True))
+        if joined and spec.get("cgroup") == joined:
+            spec["cgroup"] = None  # already in it
     except BaseException:  # noqa: BLE001 - a spare that cannot start leaves quietly
         os._exit(0)
     status_fd = named["status"]
@@ -324,7 +352,7 @@ def finish(status):
 # --------------------------------------------------------------------------- the supervisor
 
 
-def supervisor_main(sock):
+def supervisor_main(sock, warm_module, cgroup):
     """``P``: fork the command ahead of time, wait for a run, hand it on, supervise.  Never returns."""
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the server's SIG_IGN would reap the command for us
@@ -336,7 +364,7 @@ def supervisor_main(sock):
             try:
                 sock.close()
                 mine.close()
-                command_main(theirs)
+                command_main(theirs, warm_module, cgroup)
             finally:
                 os._exit(1)  # never back into this function's caller
         theirs.close()
@@ -368,7 +396,7 @@ def supervisor_main(sock):
 class Spare:
     """A supervisor and command pair forked ahead of time, and the socket to hand it a run."""
 
-    def __init__(self, server_sock):
+    def __init__(self, server_sock, warm_module, cgroup):
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
@@ -379,7 +407,7 @@ class Spare:
             try:
                 server_sock.close()
                 mine.close()
-                supervisor_main(theirs)
+                supervisor_main(theirs, warm_module, cgroup)
             finally:
                 os._exit(1)  # never back into the server's loop
         set_name(SERVER_NAME)
@@ -408,7 +436,8 @@ def vm_size():
 
 def serve(sock, config):
     """The server's loop: one hand-off per message, a new spare after each."""
-    spare = Spare(sock) if config.get("spare", True) else None
+    warm_module = config.get("warm")
+    spare = Spare(sock, warm_module, config.get("cgroup")) if config.get("spare", True) else None
     while True:
         request, fds = receive(sock)
         if request is None:
@@ -420,7 +449,7 @@ def serve(sock, config):
         try:
             taken = spare is not None and spare.take(request, fds)
             if not taken:
-                spare = Spare(sock)
+                spare = Spare(sock, warm_module, request.get("cgroup"))
                 taken = spare.take(request, fds)
             reply = {"pid": spare.pid} if taken else {"error": "the spare process could not be started"}
         except OSError as exc:
@@ -429,7 +458,7 @@ def serve(sock, config):
             for fd in fds:
                 os.close(fd)
         send_json(sock, reply)
-        spare = Spare(sock) if config.get("spare", True) else None
+        spare = Spare(sock, warm_module, request.get("next_cgroup")) if config.get("spare", True) else None
 
 
 def main():

@@ -31,6 +31,7 @@ import json
 import os
 import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 # Names IPython puts in every namespace; they are rebuilt, never carried.
@@ -338,19 +339,89 @@ def _prepare_process(spec: dict[str, Any]) -> None:
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="jupyter_client")
 
 
-def _start_shell(channel: Channel, spec: dict[str, Any]) -> tuple[Any, dict[str, str]]:
-    """The cell's shell with the carried state in place, and the environment to diff ``%env`` against."""
-    from . import magics
+class _NoChannel:
+    """Where a shell built ahead of its cell sends: nowhere (it has no cell yet)."""
+
+    def send(self, message: dict[str, Any]) -> None:
+        pass
+
+
+# A shell built ahead of its cell (warm_start), with who built it; taken by the cell once.
+_warm: tuple[Any, tuple[int, str | None, str | None]] | None = None
+
+
+def _builder() -> tuple[int, str | None, str | None]:
+    """What a shell takes from its process when it is built: the user, and where IPython keeps its files."""
+    return os.getuid(), os.environ.get("HOME"), os.environ.get("IPYTHONDIR")
+
+
+def _new_shell(channel: Any, namespace: dict[str, Any]) -> Any:
+    """IPython's shell for one cell: inline plots and the pager set up, nothing of the cell's own yet."""
     from .cellshell import make_shell
 
-    state = _load_state(spec.get("state_in")) if spec.get("carry_state", True) else {}
-    shell = make_shell(channel, _namespace_from(state))
+    shell = make_shell(channel, namespace)
     if "matplotlib" in sys.modules and os.environ["MPLBACKEND"] == INLINE_BACKEND:
         # matplotlib was imported before this process chose its backend (a warm
         # start): switch to inline the way %matplotlib inline does.
         shell.enable_matplotlib("inline")
-    magics.register(shell, spec.get("limits", {}))
     _install_pager(shell)
+    return shell
+
+
+def warm_start() -> None:
+    """Build the next cell's shell before the cell is known; called in a fork server's spare.
+
+    A fork server's spare (:mod:`cellbox._forkserver_child`) calls this while
+    it waits for its run: building IPython's shell and running a first, empty
+    cell through it costs about 15 ms, paid here while nobody waits.  The
+    shell is new, built in this process for its one cell; when the cell comes,
+    :func:`run` gives it the cell's channel, namespace, history and working
+    directory.  A run under another user or home than the spare's builds a
+    new shell instead.
+    """
+    global _warm
+    _prepare_process({})
+    shell = _new_shell(_NoChannel(), {})
+    shell.run_cell("pass", store_history=False, silent=True)
+    _warm = shell, _builder()
+
+
+def _take_warm_shell(channel: Channel, namespace: dict[str, Any]) -> Any:
+    """The shell :func:`warm_start` built, now the cell's (``None`` when there is none to take)."""
+    global _warm
+    if _warm is None:
+        return None
+    shell, builder = _warm
+    _warm = None
+    if builder != _builder():
+        type(shell).clear_instance()  # make_shell builds a new one, not this singleton
+        return None
+    shell.channel = channel
+    # The cell's namespace in place of the empty one, as IPython's embedding
+    # swaps namespaces (IPython/terminal/embed.py), with the hidden names put back.
+    shell.user_module, shell.user_ns = shell.prepare_user_module(None, namespace)
+    shell.ns_table.update(user_global=shell.user_module.__dict__, user_local=shell.user_ns)
+    shell.init_sys_modules()
+    shell.init_user_ns()
+    hook = shell.displayhook  # its __init__ put these in the first namespace
+    shell.user_ns.update({"_": hook._, "__": hook.__, "___": hook.___})
+    shell.Completer.namespace = shell.user_ns
+    shell.Completer.global_namespace = shell.user_module.__dict__
+    # The directory history starts in the cell's working directory, not the spare's.
+    shell.history_manager.dir_hist[:] = [Path.cwd()]
+    return shell
+
+
+def _start_shell(channel: Channel, spec: dict[str, Any]) -> tuple[Any, dict[str, str]]:
+    """The cell's shell with the carried state in place, and the environment to diff ``%env`` against."""
+    from . import magics
+
+    state = _load_state(spec.get("state_in")) if spec.get("carry_state", True) else {}
+    namespace = _namespace_from(state)
+    shell = _take_warm_shell(channel, namespace)
+    if shell is None:
+        shell = _new_shell(channel, namespace)
+    magics.register(shell, spec.get("limits", {}))
     _install_stdin(channel, bool(spec.get("allow_stdin")))
     _block_widgets()
     # %env changes are carried as a difference from this process's start.

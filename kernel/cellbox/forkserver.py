@@ -38,12 +38,15 @@ import sys
 import threading
 from collections.abc import Sequence
 from importlib.util import find_spec
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .environment import TaskDirectory
 from .isolation import BWRAP_LAYERS
 from .limits import Limits
 from .outcome import Outcome
+
+if TYPE_CHECKING:
+    from .sandbox import _PidsCgroup
 
 __all__ = ["ForkServer", "ForkServerError", "DEFAULT_PRELOAD", "default_preload", "START_METHODS"]
 
@@ -99,7 +102,7 @@ def _site_fingerprint() -> tuple[tuple[str, float], ...]:
 class _Server:
     """One started server process: its sandbox run, its socket, its state."""
 
-    def __init__(self, preload: Sequence[str], task: TaskDirectory, spare: bool) -> None:
+    def __init__(self, preload: Sequence[str], task: TaskDirectory, spare: bool, warm: str | None) -> None:
         from .sandbox import start  # the core imports this module's type only
 
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -109,7 +112,10 @@ class _Server:
         self.in_flight = 0
         self.retired = False
         self.fingerprint = _site_fingerprint()
-        config = {"preload": list(preload), "fd": 3, "spare": spare}
+        # The pids cgroup the server's spare command joins ahead of its run.
+        self.spare_cgroup = _new_cgroup() if spare else None
+        config = {"preload": list(preload), "fd": 3, "spare": spare, "warm": warm}
+        config["cgroup"] = str(self.spare_cgroup.path) if self.spare_cgroup else None
         try:
             self.run = start(
                 [sys.executable, "-m", "cellbox._forkserver_child", json.dumps(config)],
@@ -117,6 +123,10 @@ class _Server:
                 task=task,
                 pass_fds={theirs.fileno(): 3},
             )
+        except BaseException:
+            self.sock.close()
+            self._drop_cgroup()
+            raise
         finally:
             theirs.close()
         self.thread = threading.Thread(target=self._watch, name="cellbox-forkserver", daemon=True)
@@ -140,18 +150,40 @@ class _Server:
     def alive(self) -> bool:
         return self.outcome is None
 
-    def hand_off(self, request: dict[str, Any], fds: Sequence[int], timeout: float) -> int:
-        """Send one run; return its supervisor's pid.  Raises ForkServerError."""
+    def hand_off(self, request: dict[str, Any], fds: Sequence[int], timeout: float) -> tuple[int, _PidsCgroup | None]:
+        """Send one run; return its supervisor's pid and the cgroup its command is in.  Raises ForkServerError.
+
+        With a spare cgroup, the run gets it (its ``pids.max`` set to the run's
+        limit before the spare is told to run), and the next spare a new one.
+        """
+        cgroup, following = self.spare_cgroup, None
+        if cgroup is not None:
+            try:
+                (cgroup.path / "pids.max").write_text(str(request["limits"]["processes"]))
+                following = _new_cgroup()
+            except OSError as exc:
+                raise ForkServerError(f"the spare's pids cgroup is gone ({exc.strerror})") from None
+            request = dict(request, cgroup=str(cgroup.path), next_cgroup=str(following.path) if following else None)
         self.sock.settimeout(timeout)
         try:
             socket.send_fds(self.sock, [json.dumps(request).encode()], list(fds))
             data = self.sock.recv(65536)
         except OSError as exc:
+            if following is not None:
+                following.remove()
             raise ForkServerError(f"the hand-off failed ({exc.strerror or type(exc).__name__})") from None
         reply = json.loads(data) if data else {"error": "the server closed its socket"}
         if "pid" not in reply:
+            if following is not None:
+                following.remove()
             raise ForkServerError(str(reply.get("error")))
-        return int(reply["pid"])
+        self.spare_cgroup = following
+        return int(reply["pid"]), cgroup
+
+    def _drop_cgroup(self) -> None:
+        cgroup, self.spare_cgroup = self.spare_cgroup, None
+        if cgroup is not None:
+            cgroup.remove()  # kills a spare still in it
 
     def stat(self, timeout: float) -> dict[str, Any]:
         self.sock.settimeout(timeout)
@@ -167,6 +199,20 @@ class _Server:
         except OSError:
             pass
         self.run.kill()
+        self._drop_cgroup()
+
+
+def _new_cgroup() -> _PidsCgroup | None:
+    """A new pids cgroup for a spare to join ahead of its run, or ``None`` where the core has none (not root)."""
+    from .sandbox import _PidsCgroup, pids_cgroup_root
+
+    root = pids_cgroup_root()
+    if root is None:
+        return None
+    try:
+        return _PidsCgroup(root, _server_limits().processes)
+    except OSError:
+        return None
 
 
 def _last_line(server: _Server) -> str:
@@ -206,6 +252,9 @@ class ForkServer:
             environment names (the runs' own environments are set per run).
         spare: keep a supervisor and command pair forked ahead of time (faster;
             ``False`` forks on demand).
+        warm: the module whose ``warm_start()`` each spare calls while it waits
+            (default :mod:`cellbox.cellrunner` when preloaded: the spare builds
+            the next cell's IPython shell ahead of time); ``None`` for none.
         handoff_timeout: seconds a hand-off may take before the run is spawned.
 
     Start it with :meth:`start` (returns at once; the server imports in the
@@ -222,9 +271,11 @@ class ForkServer:
         *,
         task: TaskDirectory | None = None,
         spare: bool = True,
+        warm: str | None = "cellbox.cellrunner",
         handoff_timeout: float = HANDOFF_TIMEOUT,
     ) -> None:
         self.preload = list(default_preload() if preload is None else preload)
+        self.warm = warm if warm in self.preload else None
         self._own_task = task is None
         self.task = task or TaskDirectory.create(prefix="cellbox-forkserver-")
         self.spare = spare
@@ -263,7 +314,7 @@ class ForkServer:
                 return None
             self.restarts += 1
         try:
-            self._server = _Server(self.preload, self.task, self.spare)
+            self._server = _Server(self.preload, self.task, self.spare, self.warm)
         except (OSError, RuntimeError) as exc:
             # A cell may have removed the task directory (the kernel makes it again
             # before the next cell): try again when the next spawned run ends.
@@ -373,8 +424,12 @@ class ForkServer:
             if self._wanted and self._server is None and not self.closed:
                 self._ensure()
 
-    def hand_off(self, request: dict[str, Any], fds: Sequence[int]) -> tuple[int, Any]:
-        """Give a run to the server: ``(supervisor pid, release)``; call ``release()`` when the run ends.
+    def hand_off(self, request: dict[str, Any], fds: Sequence[int]) -> tuple[int, Any, _PidsCgroup | None]:
+        """Give a run to the server: ``(supervisor pid, release, cgroup)``; call ``release()`` when the run ends.
+
+        ``cgroup`` is the pids cgroup the run's command is in when the spare
+        joined one ahead of time (the caller owns it from then on, and removes
+        it when the run ends), else ``None`` (the request's own is used).
 
         Raises:
             ForkServerError: the server is gone, refused, or did not answer within
@@ -385,13 +440,13 @@ class ForkServer:
             if server is None or not server.ready.is_set():
                 raise ForkServerError("the fork server is not ready")
             try:
-                pid = server.hand_off(request, fds, self.handoff_timeout)
+                pid, cgroup = server.hand_off(request, fds, self.handoff_timeout)
             except ForkServerError:
                 self._retire(server)  # a server that failed once is not trusted again
                 self._server = None
                 raise
             server.in_flight += 1
-        return pid, lambda: self._release(server)
+        return pid, lambda: self._release(server), cgroup
 
     def _release(self, server: _Server) -> None:
         with self._lock:

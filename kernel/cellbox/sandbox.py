@@ -22,10 +22,12 @@ pipes, the pump and the classification below are the same for both.
 
 from __future__ import annotations
 
+import atexit
 import codecs
 import json
 import os
 import pwd
+import queue
 import re
 import selectors
 import signal
@@ -123,7 +125,8 @@ class _PidsCgroup:
     """One run's pids cgroup: caps processes and threads, and lists all of them."""
 
     def __init__(self, root: Path, limit: int) -> None:
-        self.path = root / f"cellbox-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        _CGROUP_REMOVER.start(root)
+        self.path = root / f"{CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.path.mkdir()
         try:
             (self.path / "pids.max").write_text(str(limit))
@@ -145,6 +148,93 @@ class _PidsCgroup:
                     except OSError:
                         pass
                 time.sleep(0.02)
+
+    def remove_later(self) -> None:
+        """Remove it in the background: rmdir(2) of a cgroup takes milliseconds no run's result should wait for."""
+        _CGROUP_REMOVER.put(self)
+
+
+CGROUP_PREFIX = "cellbox-"
+
+
+class _CgroupRemover:
+    """One background thread that removes the cgroups of finished runs, and those of dead processes.
+
+    A cgroup's rmdir(2) waits for the kernel to retire it (about 4 ms each on
+    cgroup v1): done here, it never delays a run's result.  Its first job, once
+    per process, is the empty cgroups that processes killed before they could
+    clean up left under the root (named ``cellbox-PID-...`` after their maker).
+    At exit the queue is drained, for at most :data:`KILL_GRACE` seconds.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[_PidsCgroup] = queue.Queue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._swept = False
+
+    def start(self, root: Path) -> None:
+        """Start the thread if needed, and queue the leftovers under ``root`` once."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._work, name="cellbox-cgroup-remover", daemon=True)
+                self._thread.start()
+                atexit.register(self.drain)
+            if self._swept:
+                return
+            self._swept = True
+        for stale in _stale_cgroups(root):
+            self._queue.put(stale)
+
+    def put(self, cgroup: _PidsCgroup) -> None:
+        self.start(cgroup.path.parent)
+        self._queue.put(cgroup)
+
+    def _work(self) -> None:
+        while True:
+            cgroup = self._queue.get()
+            try:
+                cgroup.remove()
+            except OSError:
+                pass  # gone, or not ours to remove
+            finally:
+                self._queue.task_done()
+
+    def drain(self, timeout: float = KILL_GRACE) -> bool:
+        """Wait until every queued cgroup is removed; ``False`` when ``timeout`` seconds passed first."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+        return True
+
+
+def _stale_cgroups(root: Path) -> list[_PidsCgroup]:
+    """Run cgroups under ``root`` whose maker (the pid in their name) is no longer running."""
+    found = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    for name in names:
+        maker = name[len(CGROUP_PREFIX) :].split("-", 1)[0]
+        if not name.startswith(CGROUP_PREFIX) or not maker.isdigit():
+            continue
+        try:
+            os.kill(int(maker), 0)
+            continue
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue  # alive, another user's
+        stale = _PidsCgroup.__new__(_PidsCgroup)
+        stale.path = root / name
+        found.append(stale)
+    return found
+
+
+_CGROUP_REMOVER = _CgroupRemover()
 
 
 class _Stream:
@@ -230,6 +320,7 @@ class Run:
         self._forkserver = forkserver
         self._release: Callable[[], None] | None = None
         self._pass_fds = dict(pass_fds or {})
+        self._cgroup: _PidsCgroup | None = None
         self.start_method = "spawn"
         try:
             self._start(argv, cwd, env, stdin, on_stdout, on_stderr, channel, user)
@@ -339,7 +430,7 @@ class Run:
                 theirs["stdin"], ours["stdin"] = os.pipe()
             request = {**spec, "env": env, "handoff": list(theirs)}
             request.pop("fds", None)
-            pid, self._release = server.hand_off(request, list(theirs.values()))
+            pid, self._release, cgroup = server.hand_off(request, list(theirs.values()))
         except (ForkServerError, OSError) as exc:
             for fd in ours.values():
                 os.close(fd)
@@ -349,6 +440,13 @@ class Run:
             for name, fd in theirs.items():
                 if name in ("stdout", "stderr", "stdin"):
                     os.close(fd)
+        if cgroup is not None:
+            # The spare's command joined this one ahead of time: it replaces the run's own.
+            if self._cgroup is not None:
+                self._cgroup.remove_later()  # empty: nothing ever ran in it
+            self._cgroup = cgroup
+            if "pids-cgroup" not in self._isolation:
+                self._isolation.append("pids-cgroup")
         self.start_method = "forkserver"
         self._isolation.append("forkserver")
         return _Forked(pid, ours.get("stdin"), ours["stdout"], ours["stderr"])
@@ -401,7 +499,7 @@ class Run:
         return prefix
 
     def _setup_processes_limit(self, spec: dict[str, Any]) -> None:
-        self._cgroup: _PidsCgroup | None = None
+        self._cgroup = None
         root = pids_cgroup_root()
         if root is not None:
             try:
@@ -476,6 +574,7 @@ class Run:
         """Read the run to its end and return its :class:`Outcome`.  Call once."""
         try:
             record, exec_error = self._pump()
+            self._reported = record is not None
             if isinstance(self.proc, _Forked):
                 # Not our child: its exit record is the report; none means it was killed.
                 wait_status = 0 if record is not None else signal.SIGKILL
@@ -542,6 +641,12 @@ class Run:
                         line, _, rest = status_buf.partition(b"\n")
                         status_buf[:] = rest
                         record, exec_error = self._on_status(bytes(line), record, exec_error)
+                    if record is not None and data:
+                        # The exit record is the launcher's last word: its own exit is not
+                        # waited for (a fork server's supervisor unmaps a large address space).
+                        sel.unregister(key.fd)
+                        open_count -= 1
+                        continue
                 elif name == "channel":
                     self._on_channel(data, channel_buf)
                 if not data:
@@ -652,6 +757,7 @@ class Run:
     # ------------------------------------------------------------------ result
 
     truncated = False
+    _reported = False  # the launcher sent its exit record: it killed the whole tree first
 
     def _outcome(self, record: dict[str, Any] | None, exec_error: str | None, wait_status: int) -> Outcome:
         wall = time.monotonic() - self.started
@@ -712,7 +818,10 @@ class Run:
                 _stop_launcher(proc)
         cgroup = getattr(self, "_cgroup", None)
         if cgroup is not None:
-            cgroup.remove()
+            if self._reported:
+                cgroup.remove_later()  # the launcher killed everything in it before it reported
+            else:
+                cgroup.remove()  # kills what is left, now
             self._cgroup = None
         release, self._release = self._release, None
         if release is not None:
