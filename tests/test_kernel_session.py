@@ -401,3 +401,33 @@ def test_forkserver_start_runs_cells_forked_with_the_same_results(tmp_path: Path
         stopped = execute(kc, "%%limits wall=1\nwhile True:\n    pass")
         assert stopped.content["ename"] == "CellTimeoutError"
         assert execute(kc, "print(values.max())").stream() == "3\n"
+
+
+RESTORE_CHECK = """
+import json, os, sys
+os.environ["MPLBACKEND"] = "agg"
+from cellbox import cellrunner
+channel = cellrunner.Channel(",".join(map(str, (os.pipe()[1], os.pipe()[0]))))
+shell = cellrunner._new_shell(channel, {})
+history = ["", "!echo one", "x = 2"]
+# Input 1 as its child reported it; input 2 was never reported (its child was killed).
+cellrunner._restore(shell, {}, history, ["", "reported = 1\\n", None])
+print(json.dumps([shell.user_ns["In"], shell.user_ns["_i2"], shell.history_manager.input_hist_raw]))
+"""
+
+
+def test_history_uses_each_input_as_its_child_transformed_it_and_transforms_the_rest() -> None:
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", RESTORE_CHECK], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [["", "reported = 1", "x = 2"], "x = 2", ["", "!echo one", "x = 2"]]
+
+
+def test_shell_commands_and_magics_in_history_read_as_ipython_transformed_them(kc: BlockingKernelClient) -> None:
+    execute(kc, "!true")
+    number = execute(kc, "print(len(In) - 2)").stream().strip()
+    seen = execute(kc, f"print(In[{number}])").stream()
+    assert seen == "get_ipython().system('true')\n"

@@ -300,6 +300,18 @@ def test_shell_built_ahead_of_its_cell_is_the_shell_a_cell_would_build(tmp_path:
     assert (seen["warm"]["dh"], seen["warm"]["result"], seen["warm"]["namespace_is_the_cells"]) == ([str(tmp_path)], 2, True)
 
 
+def test_warmed_module_found_ahead_runs_with_the_globals_python_m_gives_it(tmp_path: Path) -> None:
+    code = "import sys; print(__name__, __file__, __spec__.name, __package__, sys.argv, sys.modules['__main__'].__file__)"
+    argv = [sys.executable, "-m", "cellbox._testprog", code, "arg"]
+    spawned = run(argv, cwd=str(tmp_path))
+    with ForkServer(preload=["cellbox._testprog"], warm="cellbox._testprog") as fork_server:
+        assert fork_server.wait_ready(60)
+        forked = run(argv, forkserver=fork_server, cwd=str(tmp_path))
+    assert "forkserver" in forked.isolation
+    assert (forked.stdout, forked.stderr) == (spawned.stdout, spawned.stderr)
+    assert spawned.stdout.startswith("__main__ ")
+
+
 # --------------------------------------------------------------------------- the core's adversarial tests, forked
 
 

@@ -38,8 +38,10 @@ for exactly one run; the next one is forked right after the answer.
 """
 
 import atexit
+import builtins
 import gc
 import importlib
+import importlib.util
 import json
 import os
 import random
@@ -50,6 +52,7 @@ import socket
 import sys
 import threading
 import traceback
+import types
 import warnings
 
 from cellbox import _launch
@@ -64,6 +67,9 @@ SPARE_NAME = b"cellbox-spare"
 SERVER_NAME = b"cellbox-forksrv"
 # Where the channel's ends go in the command, as for a spawned command (sandbox.CHANNEL_FDS).
 CHANNEL_TARGETS = {"message": 3, "reply": 4}
+# (spec, code) of the warmed module's ``python -m`` entry, found once by the server:
+# finding and reading it in every run took milliseconds (more with a stale .pyc).
+PREFETCHED = None
 
 
 def set_name(name):
@@ -298,6 +304,38 @@ def reseed():
             pass
 
 
+def prefetch(module):
+    """``(spec, code)`` of ``module`` as ``python -m`` would run it, or ``None`` (a package, or not found).
+
+    The module's spec and code object (importlib's ``find_spec`` and the
+    loader's ``get_code``), found once so a run only executes the code.
+    """
+    try:
+        spec = importlib.util.find_spec(module) if module else None
+        if spec is None or spec.loader is None or spec.submodule_search_locations is not None:
+            return None
+        code = spec.loader.get_code(module)
+    except Exception:  # noqa: BLE001 - runpy finds it in the run instead, and reports what is wrong
+        return None
+    return (spec, code) if code is not None else None
+
+
+def run_as_main(spec, code):
+    """Execute ``code`` in a new ``__main__`` module, with the globals runpy gives a ``python -m`` module."""
+    main = types.ModuleType("__main__")
+    main.__dict__.update(
+        __file__=spec.origin,
+        __cached__=spec.cached,
+        __loader__=spec.loader,
+        __package__=spec.parent,
+        __spec__=spec,
+        __builtins__=builtins,
+    )
+    sys.modules["__main__"] = main
+    sys.argv[0] = spec.origin
+    exec(code, main.__dict__)  # noqa: S102 - the run's own entry module
+
+
 def run_module(argv):
     """Run ``argv = [python, "-m", module, args...]`` as ``python -m`` does; return the exit status."""
     sys.argv = [argv[0], *argv[3:]]
@@ -305,7 +343,10 @@ def run_module(argv):
     # here that is the point of the preload, not a mistake of the program's.
     warnings.filterwarnings("ignore", f"'{re.escape(argv[2])}' found in sys.modules", RuntimeWarning, "runpy")
     try:
-        runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+        if PREFETCHED is not None and PREFETCHED[0].name == argv[2]:
+            run_as_main(*PREFETCHED)
+        else:
+            runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
         return 0
     except SystemExit as exc:
         return exit_status(exc.code)
@@ -465,7 +506,9 @@ def main():
     config = json.loads(sys.argv[1])
     set_name(SERVER_NAME)
     sock = socket.socket(fileno=int(config.get("fd", 3)))
+    global PREFETCHED
     loaded, failed, probed = preload(config.get("preload", []))
+    PREFETCHED = prefetch(config.get("warm"))
     # Finished supervisors and spares are reaped by the kernel (sigaction(2), SA_NOCLDWAIT).
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     gc.collect()

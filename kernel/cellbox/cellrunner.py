@@ -19,7 +19,9 @@ Exit status: 0 when the cell ran without an uncaught exception, 1 otherwise.
 Messages on fd 3 (one JSON object per line, ``"type"`` first):
 ``display_data``, ``update_display_data``, ``clear_output``,
 ``execute_result``, ``error``, ``failed`` (the reply's ename and evalue),
-``input_request``, ``payload``, ``user_expressions``, ``state``, ``memory_error``.
+``input_request``, ``payload``, ``user_expressions``, ``state``, ``memory_error``,
+``transformed`` (the cell as IPython transformed it, which the kernel passes
+back in later specs so their children need not transform all of history).
 """
 
 from __future__ import annotations
@@ -227,8 +229,12 @@ def _namespace_from(state: dict[str, Any]) -> dict[str, Any]:
     return namespace
 
 
-def _restore(shell: Any, state: dict[str, Any], history: list[str]) -> None:
-    """Put In/Out, the environment, the working directory and extensions back."""
+def _restore(shell: Any, state: dict[str, Any], history: list[str], transformed: list[Any]) -> None:
+    """Put In/Out, the environment, the working directory and extensions back.
+
+    ``transformed[n]`` is input ``n`` as IPython transformed it when it ran
+    (``None`` when its child did not say); the rest are transformed here.
+    """
     # IPython resets _, __ and ___ when it builds the namespace: set them again,
     # in the display hook too, which stops updating them when they differ from its own.
     names = state.get("names", {})
@@ -239,10 +245,11 @@ def _restore(shell: Any, state: dict[str, Any], history: list[str]) -> None:
     hm = shell.history_manager
     parsed = [""]
     for number, source in enumerate(history[1:], 1):
-        transformed = _transformed(shell, source)
+        known = transformed[number] if number < len(transformed) else None
+        cell = known if isinstance(known, str) else _transformed(shell, source)
         # Under the name IPython gave it when it ran: tracebacks and ?? find the source.
-        shell.compile.cache(transformed, number, raw_code=source)
-        parsed.append(transformed.rstrip("\n"))
+        shell.compile.cache(cell, number, raw_code=source)
+        parsed.append(cell.rstrip("\n"))
     hm.input_hist_raw[:] = [source.rstrip("\n") for source in history]
     hm.input_hist_parsed[:] = parsed
     # _i, _ii, _iii and _iN as IPython's HistoryManager.store_inputs keeps them.
@@ -426,7 +433,7 @@ def _start_shell(channel: Channel, spec: dict[str, Any]) -> tuple[Any, dict[str,
     _block_widgets()
     # %env changes are carried as a difference from this process's start.
     launch_environ = dict(os.environ)
-    _restore(shell, state, list(spec.get("history", [""])))
+    _restore(shell, state, list(spec.get("history", [""])), list(spec.get("transformed", [])))
     shell.execution_count = int(spec.get("execution_count", 1))
     return shell, launch_environ
 
@@ -440,6 +447,8 @@ def run(spec: dict[str, Any]) -> int:
     shell, launch_environ = _start_shell(channel, spec)
     store, silent = bool(spec.get("store_history", True)), bool(spec.get("silent"))
     result = shell.run_cell(spec["code"], store_history=store, silent=silent)
+    if store:
+        channel.send({"type": "transformed", "source": _transformed(shell, spec["code"])})
     payload = shell.payload_manager.read_payload()
     if payload:
         channel.send({"type": "payload", "payload": json_ready(payload)})

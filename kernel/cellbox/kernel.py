@@ -183,6 +183,9 @@ class CellboxKernel(Kernel):
         self._state_dir = self.task.tmp
         (self.task.path / PID_FILE).write_text(str(os.getpid()))
         self._inputs: list[str] = [""]  # In[0] is empty, as in IPython
+        # IPython's transformed form of each input, as the child that ran it reported
+        # (None until then): later children then need not transform all of history again.
+        self._transformed: list[str | None] = [""]
         self._good_sources: list[str] = []  # cells that ran successfully, for completion
         self._warned: set[str] = set()
         self._outputs: dict[int, str] = {}  # execution count -> text/plain of its result, for history
@@ -275,10 +278,12 @@ class CellboxKernel(Kernel):
         except LimitError as exc:
             if store_history:
                 self._inputs.append(code)
+                self._transformed.append(None)
             return self._publish_error("LimitError", str(exc), [f"LimitError: {exc}"])
         if store_history:
             self._inputs.append(body)
-        cell = _Cell(self, limits, silent, allow_stdin)
+            self._transformed.append(None)
+        cell = _Cell(self, limits, silent, allow_stdin, len(self._inputs) - 1 if store_history else None)
         try:
             spec_path = self._write_spec(body, limits, silent, store_history, user_expressions or {}, allow_stdin)
             run = start(
@@ -328,6 +333,7 @@ class CellboxKernel(Kernel):
             "state_in": str(self._state_dir / STATE_FILE),
             "state_out": str(self._state_dir / f"cellbox-state-{self.execution_count}.new"),
             "history": self._inputs[:-1] if store_history else self._inputs,
+            "transformed": self._transformed[:-1] if store_history else self._transformed,
             "limits": limits.as_dict(),
         }
         # A cell may have removed parts of the task directory: make them again.
@@ -547,8 +553,11 @@ class _Cell:
     them to the kernel's event loop, in order, so all sends happen there.
     """
 
-    def __init__(self, kernel: CellboxKernel, limits: Limits, silent: bool, allow_stdin: bool) -> None:
+    def __init__(
+        self, kernel: CellboxKernel, limits: Limits, silent: bool, allow_stdin: bool, history_index: int | None
+    ) -> None:
         self.kernel = kernel
+        self.history_index = history_index
         self.limits = limits
         self.silent = silent
         self.allow_stdin = allow_stdin
@@ -629,6 +638,8 @@ class _Cell:
             self.payload = message["payload"]
         elif kind == "user_expressions" and isinstance(message.get("value"), dict):
             self.user_expressions = message["value"]
+        elif kind == "transformed" and isinstance(message.get("source"), str) and self.history_index is not None:
+            self.kernel._transformed[self.history_index] = message["source"]
         elif kind == "state":
             self.new_state = str(message.get("file"))
             dropped = message.get("dropped")
