@@ -1,20 +1,24 @@
-"""What a fresh process per cell costs: the cellbox kernel against ipykernel's python3.
+"""Warm start: the cellbox kernel with its fork server and with spawn, against ipykernel's python3.
 
-Three kernels are started in the same run, through jupyter_client: cellbox
-(each cell a new interpreter), cellbox with ``start_method=forkserver`` (each
-cell forked from a warm server of the session) and ipykernel's ``python3``.
-They are measured three ways:
+Three kernels are started in one run through jupyter_client (cellbox with
+``--CellboxKernel.start_method=forkserver``, the default; cellbox with
+``spawn``; ipykernel's ``python3``) and measured side by side, interleaved so
+a busy moment hits all three alike:
 
-* **start**: from starting the kernel to the result of its first cell
-  (``1 + 1``), repeated with a new kernel each round;
-* **trivial cell**: the round trip of ``execute_request`` to ``execute_reply``
-  for ``pass``, the median over many cells on one kernel, interleaved between
-  the kernels so that a busy moment hits all of them alike;
-* **import numpy**: the round trip of a cell that imports numpy.
+* **start to result**: from starting the kernel to the reply of its first
+  cell (``1 + 1``), a new kernel each round;
+* **fresh import numpy**: the cell after that, ``import numpy``, in the same
+  new kernel (ipykernel imports numpy for the first time here);
+* **trivial cell**: the ``execute_request`` to ``execute_reply`` round trip
+  of ``pass`` on a kernel that has run cells before, median over many cells;
+* **import numpy**: the round trip of ``import numpy`` on such a kernel
+  (ipykernel finds it in ``sys.modules``; every cellbox cell is a new process);
+* **memory**: the fork server's resident memory, and the cellbox kernel
+  process's after 1, 100 and ``--memory-cells`` cells.
 
-Prints medians in milliseconds and the ratio to ipykernel.  Run it with::
+Prints medians in milliseconds and ratios against ipykernel.  Run it with::
 
-    .venv/bin/python benchmarks/cell_latency.py [--cells 40] [--numpy 10] [--starts 5]
+    .venv/bin/python benchmarks/cell_latency.py [--cells 40] [--numpy 10] [--starts 5] [--memory-cells 1000]
 """
 
 from __future__ import annotations
@@ -27,21 +31,22 @@ import sys
 import tempfile
 import time
 
-from benchkit import interleaved
+import psutil
+from benchkit import cpu_model, interleaved
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-# Name shown -> (kernelspec, extra kernel arguments).
 KERNELS = {
-    "cellbox": ("cellbox", []),
-    "cellbox-forkserver": ("cellbox", ["--CellboxKernel.start_method=forkserver"]),
+    "forkserver": ("cellbox", ["--CellboxKernel.start_method=forkserver"]),
+    "spawn": ("cellbox", ["--CellboxKernel.start_method=spawn"]),
     "ipykernel": ("python3", []),
 }
+SERVER_NAME = "cellbox-forksrv"
 
 
-def started(name: str, cwd: str) -> tuple[KernelManager, BlockingKernelClient]:
-    spec, extra = KERNELS[name]
-    km = KernelManager(kernel_name=spec)
+def started(which: str, cwd: str) -> tuple[KernelManager, BlockingKernelClient]:
+    name, extra = KERNELS[which]
+    km = KernelManager(kernel_name=name)
     km.start_kernel(cwd=cwd, extra_arguments=extra)
     kc = km.client()
     kc.start_channels()
@@ -54,34 +59,75 @@ def stop(km: KernelManager, kc: BlockingKernelClient) -> None:
     km.shutdown_kernel(now=False)
 
 
-def round_trip(kc: BlockingKernelClient, code: str) -> float:
-    """Seconds from sending ``code`` to its execute_reply; fails loudly when the cell fails."""
+def execute(kc: BlockingKernelClient, code: str) -> tuple[float, dict]:  # type: ignore[type-arg]
+    """Seconds from sending ``code`` to its execute_reply, and the reply; fails loudly when the cell fails."""
     begin = time.perf_counter()
     reply = kc.execute_interactive(code, timeout=120, output_hook=lambda msg: None)
     elapsed = time.perf_counter() - begin
     if reply["content"]["status"] != "ok":
         raise SystemExit(f"benchmark cell {code!r} failed: {reply['content'].get('ename')}")
-    return elapsed
+    return elapsed, reply
 
 
-def first_result(name: str, cwd: str) -> float:
-    """Seconds from starting kernel ``name`` to the reply of its first cell."""
+def forked(reply: dict) -> bool:  # type: ignore[type-arg]
+    return "forkserver" in reply["metadata"].get("cellbox", {}).get("isolation", [])
+
+
+def until_forked(kc: BlockingKernelClient, limit: float = 60.0) -> None:
+    """Run empty cells until one is forked (the server imports in the background after the first cell)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if forked(execute(kc, "pass")[1]):
+            return
+        time.sleep(0.2)
+    raise SystemExit("the fork server did not become ready within a minute")
+
+
+def fresh(which: str, cwd: str, numpy: dict[str, list[float]]) -> float:
+    """Seconds from starting kernel ``which`` to its first result; its next cell's ``import numpy`` goes to ``numpy``."""
     begin = time.perf_counter()
-    km, kc = started(name, cwd)
+    km, kc = started(which, cwd)
     try:
-        round_trip(kc, "1 + 1")
-        return time.perf_counter() - begin
+        execute(kc, "1 + 1")
+        first = time.perf_counter() - begin
+        numpy.setdefault(which, []).append(execute(kc, "import numpy")[0])
+        return first
     finally:
         stop(km, kc)
 
 
 def report(title: str, times: dict[str, list[float]]) -> None:
-    """One line per kernel: the median in ms and its ratio to ipykernel's."""
-    floor = statistics.median(times["ipykernel"])
+    base = statistics.median(times["ipykernel"])
+    parts = []
     for name, values in times.items():
         median = statistics.median(values)
-        ratio = median / floor
-        print(f"{title:<16} {name:<19} {median * 1000:8.1f} ms   {ratio:6.1f}x ipykernel   (median of {len(values)})")
+        parts.append(f"{name} {median * 1000:7.1f} ms ({median / base:4.2f}x)")
+    print(f"{title:<19} " + "   ".join(parts) + f"   (median of {len(times['ipykernel'])})")
+
+
+def kernel_process(km: KernelManager) -> psutil.Process:
+    pid = km.provisioner.pid if km.provisioner is not None else None  # type: ignore[attr-defined]
+    return psutil.Process(pid)
+
+
+def memory(cwd: str, cells: int) -> None:
+    km, kc = started("forkserver", cwd)
+    try:
+        until_forked(kc)
+        kernel = kernel_process(km)
+        servers = [p for p in kernel.children(recursive=True) if p.name() == SERVER_NAME]
+        if servers:
+            info = servers[0].memory_full_info()
+            print(
+                f"fork server      rss {info.rss / 2**20:.1f} MiB, uss {info.uss / 2**20:.1f} MiB, pid {servers[0].pid}"
+            )
+        marks = {1, 100, cells}
+        for n in range(1, cells + 1):
+            execute(kc, f"x = {n}")
+            if n in marks:
+                print(f"kernel after {n:>5} cells: rss {kernel.memory_info().rss / 2**20:.1f} MiB")
+    finally:
+        stop(km, kc)
 
 
 def main() -> None:
@@ -89,30 +135,35 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=40, help="trivial cells per kernel (default 40)")
     parser.add_argument("--numpy", type=int, default=10, help="import-numpy cells per kernel (default 10)")
     parser.add_argument("--starts", type=int, default=5, help="kernel starts per kernel (default 5)")
+    parser.add_argument("--memory-cells", type=int, default=1000, help="cells for the kernel memory check (0: skip)")
     args = parser.parse_args()
-    print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, {sys.executable}")
+    print(
+        f"python {platform.python_version()} on {platform.machine()} ({cpu_model()}), {os.cpu_count()} CPUs, "
+        f"load {os.getloadavg()[0]:.1f}, {sys.executable}"
+    )
     with tempfile.TemporaryDirectory() as cwd:
-        starts = interleaved({name: (lambda n=name: first_result(n, cwd)) for name in KERNELS}, args.starts)
+        fresh_numpy: dict[str, list[float]] = {}
+        starts = interleaved({k: (lambda k=k: fresh(k, cwd, fresh_numpy)) for k in KERNELS}, args.starts)
         report("start to result", starts)
-        kernels = {name: started(name, cwd) for name in KERNELS}
+        report("fresh import numpy", fresh_numpy)
+        kernels = {k: started(k, cwd) for k in KERNELS}
         try:
-            time.sleep(5)  # let the fork server finish its imports: cells that come earlier are spawned
+            until_forked(kernels["forkserver"][1])
             for _km, kc in kernels.values():
-                round_trip(kc, "pass")  # warm up
+                execute(kc, "pass")
             trivial = interleaved(
-                {n: (lambda kc=kc: round_trip(kc, "pass")) for n, (_k, kc) in kernels.items()}, args.cells
+                {k: (lambda kc=kc: execute(kc, "pass")[0]) for k, (_, kc) in kernels.items()}, args.cells
             )
             report("trivial cell", trivial)
-            # ipykernel loads numpy on the first of these cells only (later ones find
-            # it in sys.modules), as a user sees it; every cellbox cell is a new
-            # process that loads numpy again.
             numpy = interleaved(
-                {n: (lambda kc=kc: round_trip(kc, "import numpy")) for n, (_k, kc) in kernels.items()}, args.numpy
+                {k: (lambda kc=kc: execute(kc, "import numpy")[0]) for k, (_, kc) in kernels.items()}, args.numpy
             )
             report("import numpy", numpy)
         finally:
             for km, kc in kernels.values():
                 stop(km, kc)
+        if args.memory_cells:
+            memory(cwd, args.memory_cells)
 
 
 if __name__ == "__main__":

@@ -415,3 +415,12 @@ def test_run_that_removes_the_task_directory_does_not_break_the_server_start() -
             assert "forkserver" in run(again, forkserver=fork_server, task=task).isolation
         finally:
             fork_server.close()
+
+
+def test_default_preload_lists_what_is_installed_without_importing_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cellbox.forkserver as forkserver_module
+
+    check = "import sys; from cellbox.forkserver import default_preload; default_preload(); print('matplotlib' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", check], capture_output=True, text=True).stdout == "False\n"
+    monkeypatch.setattr(forkserver_module, "DEFAULT_PRELOAD", ("json.decoder", "cellbox_no_such_module.part"))
+    assert forkserver_module.default_preload() == ["json.decoder"]

@@ -134,9 +134,10 @@ class CellboxKernel(Kernel):
     )
     start_method = Enum(
         ["spawn", "forkserver"],
-        "spawn",
-        help="How each cell's fresh process starts: spawn (a new interpreter) or forkserver (forked from a warm "
-        "server that has imported IPython, numpy and matplotlib; see the README's Warm start section).",
+        "forkserver",
+        help="How each cell's fresh process starts: forkserver (forked from a warm server of the session that has "
+        "imported IPython, numpy and matplotlib; cells it cannot take are spawned) or spawn (a new interpreter "
+        "for every cell). See the README's Warm start section.",
     ).tag(config=True)
     notebook_dir = Unicode(
         help="Working directory of every cell; by default the directory the kernel was started in, "
@@ -193,14 +194,24 @@ class CellboxKernel(Kernel):
         self._input_cancel = threading.Event()
         self._last_outcome: dict[str, Any] | None = None
         atexit.register(self.task.remove)
-        # The first completion of a session is slow (jedi's start-up); pay it now.
+        self._completion_warmed = False
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _warm_up_completion(self) -> None:
+        """Pay the first completion's cost (jedi's start-up, seconds) in a thread, once.
+
+        Started when the first cell has its reply: before it, the thread would
+        hold the GIL the kernel needs to answer that cell.
+        """
+        if self._completion_warmed:
+            return
+        self._completion_warmed = True
         from .completion import warm_up
 
         threading.Thread(
             target=warm_up, args=(self.notebook_dir,), daemon=True, name="cellbox-completion-warm-up"
         ).start()
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         """Terminated (jupyter_client does this when a shutdown takes too long): clean up, then die of it."""
@@ -311,7 +322,9 @@ class CellboxKernel(Kernel):
             spec_path.unlink(missing_ok=True)
         await asyncio.sleep(0)  # let the last forwarded messages go out first
         cell.flush()
-        return self._finish(cell, outcome, body)
+        reply = self._finish(cell, outcome, body)
+        asyncio.get_running_loop().call_soon(self._warm_up_completion)  # after the reply is sent
+        return reply
 
     def _write_spec(
         self,
