@@ -84,7 +84,7 @@ def until_forked(kc: BlockingKernelClient, limit: float = 60.0) -> None:
 
 
 def fresh(which: str, cwd: str, numpy: dict[str, list[float]]) -> float:
-    """Seconds from starting kernel ``which`` to its first result; its next cell's ``import numpy`` goes to ``numpy``."""
+    """Seconds from starting ``which`` to its first result; the next cell's ``import numpy`` goes in ``numpy``."""
     begin = time.perf_counter()
     km, kc = started(which, cwd)
     try:

@@ -111,6 +111,24 @@ os._exit(0)
         },
         "unverified",
     ),
+    "patches_pytest": (
+        {
+            "fib.py": "def fib(n):\n    return n\n"
+            + """
+import os, _pytest, cellbox_grading_reporter
+# Try to change the grader's pytest and reporter for the submissions graded with or after this one.
+for module in (_pytest, cellbox_grading_reporter):
+    folder = os.path.dirname(module.__file__)
+    for name in os.listdir(folder):
+        try:
+            with open(os.path.join(folder, name), "a") as handle:
+                handle.write("# changed by a submission")
+        except OSError:
+            pass
+"""
+        },
+        "failed",
+    ),
     "forged_files": (
         {
             "fib.py": "def fib(n):\n    return n\n"

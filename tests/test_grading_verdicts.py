@@ -17,7 +17,7 @@ import pytest
 
 from cellbox.grading.results import SubmissionResult
 from cellbox.grading.submissions import Submission
-from cellbox.grading.task import GradeSettings, StopSwitch, Suite, grade_safely
+from cellbox.grading.task import GradeSettings, StopSwitch, Suite, base_library_is_read_only, grade_safely
 from cellbox.grading.venvs import BaseLibrary
 from cellbox.isolation import Isolation, make_plan, probe
 from cellbox.limits import Limits
@@ -161,6 +161,29 @@ def test_instructor_files_are_read_only_to_an_isolated_run(cases: tuple[Path, Su
     result = grade("forged_files", cases, base, "auto")
     assert result.verdict is Verdict.UNVERIFIED
     assert "Read-only file system" in result.reason or "Permission denied" in result.reason
+
+
+def _digests(root: Path) -> dict[str, str]:
+    import hashlib
+
+    files = [p for p in root.rglob("*") if p.is_file()]
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+@pytest.mark.parametrize("mode", ["auto", "none"])
+def test_submission_cannot_change_the_base_library_the_others_are_graded_with(
+    mode: str, cases: tuple[Path, Suite], base: BaseLibrary
+) -> None:
+    shared = base_library_is_read_only(Isolation(mode=mode))
+    # Shared only where the run cannot write it: the fs layer's read-only view, or another user.
+    plan = make_plan(Isolation(mode=mode), probe(), user=None)
+    assert shared is ("fs" in plan.layers or plan.user is not None)
+    if mode == "none":
+        assert shared is False
+    before = _digests(base.path)
+    assert grade("patches_pytest", cases, base, mode).verdict is Verdict.FAILED
+    assert _digests(base.path) == before
+    assert grade("honest", cases, base, mode).verdict is Verdict.VERIFIED
 
 
 def test_grader_failure_becomes_that_submissions_unverified_row(cases: tuple[Path, Suite]) -> None:

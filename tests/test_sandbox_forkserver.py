@@ -24,10 +24,10 @@ import pytest
 
 import sandboxkit
 import test_sandbox_adversarial as adversarial
+from cellbox import sandbox
 from cellbox.environment import TaskDirectory
 from cellbox.forkserver import ForkServer
 from cellbox.limits import Limits
-from cellbox import sandbox
 from cellbox.outcome import Status
 from cellbox.sandbox import SandboxError, run, start
 
@@ -255,7 +255,8 @@ def test_forked_run_is_in_its_own_pids_cgroup_with_its_limit_which_is_removed_af
 
 def test_cgroups_left_by_a_dead_process_are_found_and_ours_are_not(tmp_path: Path) -> None:
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    names = [f"cellbox-{dead.stdout.strip()}-0123456789ab", f"cellbox-{os.getpid()}-0123456789ab", "cellbox-x-1", "other"]
+    dead_name, own_name = f"cellbox-{dead.stdout.strip()}-0123456789ab", f"cellbox-{os.getpid()}-0123456789ab"
+    names = [dead_name, own_name, "cellbox-x-1", "other"]
     for name in names:
         (tmp_path / name).mkdir()
     assert [c.path.name for c in sandbox._stale_cgroups(tmp_path)] == [names[0]]
@@ -293,15 +294,18 @@ print(json.dumps(describe(shell, namespace)))
 def test_shell_built_ahead_of_its_cell_is_the_shell_a_cell_would_build(tmp_path: Path) -> None:
     seen = {}
     for how in ("warm", "cold"):
-        done = subprocess.run([sys.executable, "-c", WARM_SHELL_CHECK, how, str(tmp_path)], capture_output=True, text=True)
+        argv = [sys.executable, "-c", WARM_SHELL_CHECK, how, str(tmp_path)]
+        done = subprocess.run(argv, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         seen[how] = json.loads(done.stdout)
     assert seen["warm"] == seen["cold"]
-    assert (seen["warm"]["dh"], seen["warm"]["result"], seen["warm"]["namespace_is_the_cells"]) == ([str(tmp_path)], 2, True)
+    warm = seen["warm"]
+    assert (warm["dh"], warm["result"], warm["namespace_is_the_cells"]) == ([str(tmp_path)], 2, True)
 
 
 def test_warmed_module_found_ahead_runs_with_the_globals_python_m_gives_it(tmp_path: Path) -> None:
-    code = "import sys; print(__name__, __file__, __spec__.name, __package__, sys.argv, sys.modules['__main__'].__file__)"
+    code = "import sys\nprint(__name__, __file__, __spec__.name, __package__, sys.argv)\n"
+    code += "print(sys.modules['__main__'].__file__)"
     argv = [sys.executable, "-m", "cellbox._testprog", code, "arg"]
     spawned = run(argv, cwd=str(tmp_path))
     with ForkServer(preload=["cellbox._testprog"], warm="cellbox._testprog") as fork_server:
@@ -420,7 +424,8 @@ def test_run_that_removes_the_task_directory_does_not_break_the_server_start() -
 def test_default_preload_lists_what_is_installed_without_importing_it(monkeypatch: pytest.MonkeyPatch) -> None:
     import cellbox.forkserver as forkserver_module
 
-    check = "import sys; from cellbox.forkserver import default_preload; default_preload(); print('matplotlib' in sys.modules)"
+    check = "import sys\nfrom cellbox.forkserver import default_preload\n"
+    check += "default_preload()\nprint('matplotlib' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", check], capture_output=True, text=True).stdout == "False\n"
     monkeypatch.setattr(forkserver_module, "DEFAULT_PRELOAD", ("json.decoder", "cellbox_no_such_module.part"))
     assert forkserver_module.default_preload() == ["json.decoder"]

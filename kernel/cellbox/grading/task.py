@@ -9,8 +9,10 @@ removed afterwards whatever happens):
    sandbox, under the grading limits and isolation (plus the network);
 4. then copy what the grader controls into a grader directory *beside* the
    task directory (the child may write anywhere in its task directory):
-   ``lib`` (pytest and the reporter), ``tests`` (the instructor tests) and
-   ``pytest.ini``; an isolated test run sees it read-only;
+   ``tests`` (the instructor tests), ``pytest.ini`` and, unless the test run
+   cannot write the grading run's one base library
+   (:func:`base_library_is_read_only`), ``lib`` (pytest and the reporter); an
+   isolated test run sees these read-only;
 5. run pytest in the sandbox with that configuration only (``-c`` the grader's
    ini, ``--rootdir`` and ``--confcutdir`` at the tests, the cache plugin
    off, plugin autoloading off, the reporter loaded with ``-p``), the
@@ -423,9 +425,25 @@ class _Workspace:
         shutil.rmtree(self.grader, ignore_errors=True)
 
 
-def _grader_files(space: _Workspace, suite: Suite, base: BaseLibrary) -> Path:
-    """Copy in ``lib`` (pytest and the reporter), ``tests`` and ``pytest.ini``; return ``lib``."""
-    lib = base.copy_to(space.grader / "lib")
+def base_library_is_read_only(isolation: Isolation) -> bool:
+    """Whether test runs under ``isolation`` cannot write the base library, so all may share the one copy.
+
+    True when the plan (:func:`~cellbox.isolation.make_plan`) has the ``fs``
+    layer, whose view binds the library read-only (bubblewrap ``--ro-bind``),
+    or runs the children as another user than this process, to whom the
+    library's files are read-only (see :class:`~cellbox.grading.venvs.BaseLibrary`).
+    Otherwise each task gets its own copy: a submission could change a shared
+    one for the submissions graded with it and after it.
+    """
+    plan = make_plan(isolation, probe(), user=None)
+    if "fs" in plan.layers:
+        return True
+    return plan.user is not None and resolve_user(plan.user)[0] != os.geteuid()
+
+
+def _grader_files(space: _Workspace, suite: Suite, base: BaseLibrary, shared: bool) -> Path:
+    """Copy in ``tests`` and ``pytest.ini``, and ``lib`` (pytest and the reporter) unless ``shared``; return the lib."""
+    lib = base.shared() if shared else base.copy_to(space.grader / "lib")
     suite.copy_to(space.grader / "tests")
     (space.grader / "pytest.ini").write_text(PYTEST_INI)
     space.open_grader()
@@ -440,11 +458,13 @@ def _run_tests(
     space: _Workspace, layout: Layout, python: Path, suite: Suite, settings: GradeSettings, base: BaseLibrary
 ) -> tuple[EvidenceRecorder, Outcome]:
     """Run the instructor tests in the sandbox; return what the reporter said and how the run ended."""
-    lib = _grader_files(space, suite, base)
+    shared = base_library_is_read_only(settings.isolation)
+    lib = _grader_files(space, suite, base, shared)
     before = _instructor_digests(space.grader)
     nonce = secrets.token_hex(16)
     recorder = EvidenceRecorder(nonce, suite.expected)
-    isolation = dataclasses.replace(settings.isolation, read_only=(*settings.isolation.read_only, str(space.grader)))
+    read_only = (*settings.isolation.read_only, str(space.grader), *([str(lib)] if shared else []))
+    isolation = dataclasses.replace(settings.isolation, read_only=read_only)
     outcome = space.run(
         _pytest_argv(python, lib, layout, space.grader),
         limits=settings.limits,

@@ -12,10 +12,13 @@ next (children may run as root, who can write anywhere they can see).  So:
   plus the grader's reporter plugin.  No network is needed.
 * each task gets a new virtualenv made with :mod:`venv` without pip
   (``python -m venv --without-pip``: a ``pyvenv.cfg`` and a symlink, a few
-  milliseconds), and, *after* the submission's install, its own **copy** of
-  the base library (about 0.1 s), which the test run puts first on
-  ``sys.path``.  A submission that installs its own ``pytest`` or a module
-  named like the reporter does not change what runs the tests.
+  milliseconds).  Its test run puts the base library first on ``sys.path``:
+  the grading run's one library itself when the run cannot write it (its
+  ``fs`` layer shows it read-only, or it runs as another user, to whom the
+  library is 0644 files in 0755 folders), else, *after* the submission's
+  install, the task's own **copy** (about 0.2 s).  A submission that installs
+  its own ``pytest`` or a module named like the reporter does not change what
+  runs the tests.
 
 Installs run the grader's pip against the task's interpreter
 (``pip --python VENV_PYTHON``, pip >= 22.3) inside the sandbox, with the
@@ -80,10 +83,21 @@ class BaseLibrary:
             # Compiled once here; copies keep the mtimes (copy2), so the .pyc stay valid
             # in the task even though its children never write bytecode.
             compileall.compile_dir(library, quiet=2, workers=1)
+            _readable_by_all(root)
         except BaseException:
             shutil.rmtree(root, ignore_errors=True)
             raise
         return cls(library)
+
+    def shared(self) -> Path:
+        """The library itself, for a run that cannot write it.
+
+        Raises:
+            FileNotFoundError: the library was removed (as copying it would).
+        """
+        if not (self.path / f"{REPORTER_MODULE}.py").is_file():
+            raise FileNotFoundError(f"the base library {self.path} is gone")
+        return self.path
 
     def copy_to(self, dest: Path) -> Path:
         """Copy the library to ``dest`` (a new directory) and return it."""
@@ -99,6 +113,16 @@ class BaseLibrary:
 
     def __exit__(self, *exc: object) -> None:
         self.remove()
+
+
+def _readable_by_all(root: Path) -> None:
+    """Folders 0755 and files 0644 below ``root``: every user may read the library, only its owner write it."""
+    for folder, dirs, files in os.walk(root):
+        for name in dirs:
+            os.chmod(os.path.join(folder, name), 0o755)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o644)
+    os.chmod(root, 0o755)
 
 
 def _copy_distribution(name: str, library: Path) -> None:
