@@ -136,11 +136,11 @@ def test_bad_setting_in_a_spec_names_the_setting(tmp_path: Path) -> None:
 
 
 def test_install_can_ask_for_isolation(tmp_path: Path) -> None:
-    argv = ["--name", "fenced", "--isolation", "auto", "--network", "--start-method", "forkserver"]
+    argv = ["--name", "fenced", "--isolation", "auto", "--network", "--start-method", "spawn"]
     assert main(["install", "--prefix", str(tmp_path), *argv]) == 0
     spec = json.loads((tmp_path / "share" / "jupyter" / "kernels" / "fenced" / "kernel.json").read_text())
     assert spec["argv"][5:] == [
         "--CellboxKernel.isolation=auto",
         "--CellboxKernel.network=True",
-        "--CellboxKernel.start_method=forkserver",
+        "--CellboxKernel.start_method=spawn",
     ]
