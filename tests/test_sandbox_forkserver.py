@@ -274,6 +274,7 @@ def describe(shell, namespace):
         "namespace_is_the_cells": shell.user_ns is namespace and shell.user_module.__dict__ is namespace,
         "main_module": sys.modules["__main__"] is shell.user_module,
         "completer": shell.Completer.namespace is namespace, "dh": [str(p) for p in shell.history_manager.dir_hist],
+        "starting_dir": shell.starting_dir,
         "channel": shell.channel is channel, "result": shell.run_cell("a + 1").result,
     }
 

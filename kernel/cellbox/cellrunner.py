@@ -416,6 +416,7 @@ def _take_warm_shell(channel: Channel, namespace: dict[str, Any]) -> Any:
     shell.Completer.global_namespace = shell.user_module.__dict__
     # The directory history starts in the cell's working directory, not the spare's.
     shell.history_manager.dir_hist[:] = [Path.cwd()]
+    shell.starting_dir = os.getcwd()
     return shell
 
 
