@@ -115,8 +115,12 @@ os._exit(0)
         {
             "fib.py": "def fib(n):\n    return n\n"
             + """
-import os, _pytest, cellbox_grading_reporter
-# Try to change the grader's pytest and reporter for the submissions graded with or after this one.
+import os, subprocess, _pytest, cellbox_grading_reporter
+# Try to change the grader's pytest and reporter for the submissions graded with or after this one,
+# first making a read-only view writable (a root child with its capabilities can).
+for module in (_pytest, cellbox_grading_reporter):
+    folder = os.path.dirname(os.path.dirname(module.__file__))
+    subprocess.run(["mount", "-o", "remount,rw,bind", folder], capture_output=True)
 for module in (_pytest, cellbox_grading_reporter):
     folder = os.path.dirname(module.__file__)
     for name in os.listdir(folder):

@@ -330,3 +330,27 @@ def test_memory_error_without_a_memory_limit_says_the_machine_ran_out() -> None:
         "CellMemoryLimitError",
         "the cell asked for more memory than the machine could give and was stopped",
     )
+
+
+def test_memory_error_from_the_child_is_noted_in_the_waiting_thread_before_classification() -> None:
+    # Handed to the event loop, the note could come after Run.wait had classified
+    # the run (seen once in about 25 forked memory-limit cells: `error`, not `memory_limit`).
+    from cellbox.kernel import _Cell
+
+    noted: list[str] = []
+    queued: list[object] = []
+
+    class FakeRun:
+        def note_memory_error(self) -> None:
+            noted.append("memory_error")
+
+    class FakeLoop:
+        def call_soon_threadsafe(self, callback: object, *args: object) -> None:
+            queued.append(args)
+
+    cell = _Cell.__new__(_Cell)
+    cell.run, cell.loop = FakeRun(), FakeLoop()  # type: ignore[assignment]
+    cell.from_child({"type": "memory_error"})
+    cell.from_child({"type": "display_data"})
+    assert noted == ["memory_error"]
+    assert queued == [({"type": "memory_error"},), ({"type": "display_data"},)]

@@ -431,3 +431,15 @@ def test_shell_commands_and_magics_in_history_read_as_ipython_transformed_them(k
     number = execute(kc, "print(len(In) - 2)").stream().strip()
     seen = execute(kc, f"print(In[{number}])").stream()
     assert seen == "get_ipython().system('true')\n"
+
+
+def test_history_keeps_each_input_as_transformed_before_it_ran(kc: BlockingKernelClient) -> None:
+    # A cell that changes IPython's transformers, then sends a message of its own.
+    cell = (
+        "def h():\n    return 1\n"
+        "get_ipython().input_transformers_post.append(lambda lines: ['# replaced\\n'])\n"
+        "import os\nos.write(3, b'{\"type\": \"transformed\", \"source\": \"forged\"}\\n')"
+    )
+    execute(kc, cell)
+    number = execute(kc, "print(len(In) - 2)").stream().strip()
+    assert execute(kc, f"print(In[{number}].splitlines()[0])").stream() == "def h():\n"

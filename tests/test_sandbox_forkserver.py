@@ -259,7 +259,33 @@ def test_cgroups_left_by_a_dead_process_are_found_and_ours_are_not(tmp_path: Pat
     names = [dead_name, own_name, "cellbox-x-1", "other"]
     for name in names:
         (tmp_path / name).mkdir()
-    assert [c.path.name for c in sandbox._stale_cgroups(tmp_path)] == [names[0]]
+    later = time.time() + sandbox.STALE_CGROUP_AGE + 1
+    assert [path.name for path in sandbox._stale_cgroups(tmp_path, now=later)] == [names[0]]
+    assert sandbox._stale_cgroups(tmp_path) == []  # too new: perhaps a run that has not moved in yet
+
+
+def test_left_behind_cgroup_with_a_process_in_it_is_not_removed_or_killed() -> None:
+    # A maker that looks dead here may be alive in another pid namespace: the sweep only rmdirs.
+    root = sandbox.pids_cgroup_root()
+    if root is None:
+        pytest.skip("needs a writable pids cgroup (root)")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    path = root / f"cellbox-{dead.stdout.strip()}-0123456789ab"
+    path.mkdir()
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        (path / "cgroup.procs").write_text(str(sleeper.pid))
+        os.utime(path, (time.time() - 3600, time.time() - 3600))
+        assert path in sandbox._stale_cgroups(root)
+        remover = sandbox._CgroupRemover()
+        remover.start(root)
+        assert remover.drain(10)
+        assert (path.exists(), sleeper.poll()) == (True, None)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        time.sleep(0.1)
+        path.rmdir()
 
 
 WARM_SHELL_CHECK = """

@@ -447,9 +447,11 @@ def run(spec: dict[str, Any]) -> int:
     _prepare_process(spec)
     shell, launch_environ = _start_shell(channel, spec)
     store, silent = bool(spec.get("store_history", True)), bool(spec.get("silent"))
-    result = shell.run_cell(spec["code"], store_history=store, silent=silent)
     if store:
+        # Before the cell runs: a cell may change the transformers (or send its own message;
+        # the kernel keeps the first).
         channel.send({"type": "transformed", "source": _transformed(shell, spec["code"])})
+    result = shell.run_cell(spec["code"], store_history=store, silent=silent)
     payload = shell.payload_manager.read_payload()
     if payload:
         channel.send({"type": "payload", "payload": json_ready(payload)})

@@ -305,7 +305,7 @@ class CellboxKernel(Kernel):
                 channel=True,
                 on_stdout=cell.thread_safe(cell.stream, "stdout"),
                 on_stderr=cell.thread_safe(cell.stream, "stderr"),
-                on_message=cell.thread_safe(cell.message),
+                on_message=cell.from_child,
                 isolation=self.cell_isolation(),
                 forkserver=self._forkserver,
             )
@@ -594,6 +594,18 @@ class _Cell:
 
         return forward
 
+    def from_child(self, message: Any) -> None:
+        """A message from the child, in the sandbox's waiting thread: noted now if it bears on the Outcome.
+
+        ``memory_error`` must reach the run before :meth:`Run.wait` classifies
+        it, which it does in this same thread right after the child ends: handed
+        to the event loop, it could come too late (the cell then read ``error``).
+        Everything else goes to :meth:`message` on the event loop, in order.
+        """
+        if isinstance(message, dict) and message.get("type") == "memory_error" and self.run is not None:
+            self.run.note_memory_error()
+        self.loop.call_soon_threadsafe(self.message, message)
+
     def send(self, msg_type: str, content: dict[str, Any]) -> None:
         session = self.kernel.session
         if session is not None:
@@ -643,8 +655,6 @@ class _Cell:
             )
         elif kind == "failed":
             self.failed = {"ename": str(message.get("ename", "Error")), "evalue": str(message.get("evalue", ""))}
-        elif kind == "memory_error" and self.run is not None:
-            self.run.note_memory_error()
         elif kind == "input_request":
             asyncio.ensure_future(self._answer(str(message.get("prompt", "")), bool(message.get("password"))))
         elif kind == "payload" and isinstance(message.get("payload"), list):
@@ -652,7 +662,9 @@ class _Cell:
         elif kind == "user_expressions" and isinstance(message.get("value"), dict):
             self.user_expressions = message["value"]
         elif kind == "transformed" and isinstance(message.get("source"), str) and self.history_index is not None:
-            self.kernel._transformed[self.history_index] = message["source"]
+            # The first is the runner's, sent before the cell's own code ran.
+            if self.kernel._transformed[self.history_index] is None:
+                self.kernel._transformed[self.history_index] = message["source"]
         elif kind == "state":
             self.new_state = str(message.get("file"))
             dropped = message.get("dropped")

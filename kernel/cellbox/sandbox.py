@@ -163,12 +163,14 @@ class _CgroupRemover:
     A cgroup's rmdir(2) waits for the kernel to retire it (about 4 ms each on
     cgroup v1): done here, it never delays a run's result.  Its first job, once
     per process, is the empty cgroups that processes killed before they could
-    clean up left under the root (named ``cellbox-PID-...`` after their maker).
-    At exit the queue is drained, for at most :data:`KILL_GRACE` seconds.
+    clean up left under the root (see :func:`_stale_cgroups`): those are only
+    rmdir'ed, never emptied by killing, since a maker that looks dead from here
+    may be alive in another pid namespace.  At exit the queue is drained, for
+    at most :data:`KILL_GRACE` seconds.
     """
 
     def __init__(self) -> None:
-        self._queue: queue.Queue[_PidsCgroup] = queue.Queue()
+        self._queue: queue.Queue[_PidsCgroup | Path] = queue.Queue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._swept = False
@@ -194,9 +196,12 @@ class _CgroupRemover:
         while True:
             cgroup = self._queue.get()
             try:
-                cgroup.remove()
+                if isinstance(cgroup, Path):
+                    os.rmdir(cgroup)  # fails (EBUSY) while any process is in it
+                else:
+                    cgroup.remove()
             except OSError:
-                pass  # gone, or not ours to remove
+                pass  # gone, in use, or not ours to remove
             finally:
                 self._queue.task_done()
 
@@ -210,9 +215,14 @@ class _CgroupRemover:
         return True
 
 
-def _stale_cgroups(root: Path) -> list[_PidsCgroup]:
-    """Run cgroups under ``root`` whose maker (the pid in their name) is no longer running."""
+def _stale_cgroups(root: Path, now: float | None = None) -> list[Path]:
+    """Run cgroups under ``root`` that look left behind: their maker (the pid in the name) is not
+    running here, and they are older than :data:`STALE_CGROUP_AGE` seconds (so a run that has made its
+    cgroup but not yet moved its command in is never among them).  Only ever rmdir'ed: rmdir(2) of a
+    cgroup with a process in it fails, so a run of another pid namespace is never touched.
+    """
     found = []
+    now = time.time() if now is None else now
     try:
         names = os.listdir(root)
     except OSError:
@@ -228,10 +238,17 @@ def _stale_cgroups(root: Path) -> list[_PidsCgroup]:
             pass
         except PermissionError:
             continue  # alive, another user's
-        stale = _PidsCgroup.__new__(_PidsCgroup)
-        stale.path = root / name
-        found.append(stale)
+        try:
+            if now - os.stat(root / name).st_mtime < STALE_CGROUP_AGE:
+                continue
+        except OSError:
+            continue
+        found.append(root / name)
     return found
+
+
+# Seconds a cgroup of a dead maker must have existed before it counts as left behind.
+STALE_CGROUP_AGE = 60.0
 
 
 _CGROUP_REMOVER = _CgroupRemover()

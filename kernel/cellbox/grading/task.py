@@ -428,16 +428,16 @@ class _Workspace:
 def base_library_is_read_only(isolation: Isolation) -> bool:
     """Whether test runs under ``isolation`` cannot write the base library, so all may share the one copy.
 
-    True when the plan (:func:`~cellbox.isolation.make_plan`) has the ``fs``
-    layer, whose view binds the library read-only (bubblewrap ``--ro-bind``),
-    or runs the children as another user than this process, to whom the
-    library's files are read-only (see :class:`~cellbox.grading.venvs.BaseLibrary`).
+    True only when the plan (:func:`~cellbox.isolation.make_plan`) runs the
+    children as another user than this process (root plus the ``user`` layer:
+    ``nobody``), to whom the library is 0644 files in 0755 folders owned by the
+    grader (see :class:`~cellbox.grading.venvs.BaseLibrary`).  A read-only view
+    alone is not enough: without the ``user`` layer a root child keeps its
+    capabilities and can remount the bind read-write (``mount -o remount,rw``).
     Otherwise each task gets its own copy: a submission could change a shared
     one for the submissions graded with it and after it.
     """
     plan = make_plan(isolation, probe(), user=None)
-    if "fs" in plan.layers:
-        return True
     return plan.user is not None and resolve_user(plan.user)[0] != os.geteuid()
 
 

@@ -13,9 +13,8 @@ next (children may run as root, who can write anywhere they can see).  So:
 * each task gets a new virtualenv made with :mod:`venv` without pip
   (``python -m venv --without-pip``: a ``pyvenv.cfg`` and a symlink, a few
   milliseconds).  Its test run puts the base library first on ``sys.path``:
-  the grading run's one library itself when the run cannot write it (its
-  ``fs`` layer shows it read-only, or it runs as another user, to whom the
-  library is 0644 files in 0755 folders), else, *after* the submission's
+  the grading run's one library itself when the run is another user, to whom
+  the library is 0644 files in 0755 folders, else, *after* the submission's
   install, the task's own **copy** (about 0.2 s).  A submission that installs
   its own ``pytest`` or a module named like the reporter does not change what
   runs the tests.
