@@ -456,3 +456,28 @@ def test_default_preload_lists_what_is_installed_without_importing_it(monkeypatc
     assert subprocess.run([sys.executable, "-c", check], capture_output=True, text=True).stdout == "False\n"
     monkeypatch.setattr(forkserver_module, "DEFAULT_PRELOAD", ("json.decoder", "cellbox_no_such_module.part"))
     assert forkserver_module.default_preload() == ["json.decoder"]
+
+
+FAILED_WARM_UP = """
+import os, sys
+os.environ["MPLBACKEND"] = "agg"
+from cellbox import cellrunner
+from cellbox.cellshell import CellShell
+broken = cellrunner._install_pager
+cellrunner._install_pager = lambda shell: 1 / 0  # the warm-up fails half-way, after the shell exists
+try:
+    cellrunner.warm_start()
+except ZeroDivisionError:
+    pass
+cellrunner._install_pager = broken
+channel = cellrunner.Channel(",".join(map(str, (os.pipe()[1], os.pipe()[0]))))
+namespace = {"a": 1}
+assert cellrunner._take_warm_shell(channel, namespace) is None
+shell = cellrunner._new_shell(channel, namespace)
+print(shell.channel is channel, shell.user_ns is namespace)
+"""
+
+
+def test_warm_up_that_fails_leaves_no_half_made_shell_for_the_cell() -> None:
+    done = subprocess.run([sys.executable, "-c", FAILED_WARM_UP], capture_output=True, text=True)
+    assert (done.stdout, done.returncode) == ("True True\n", 0), done.stderr

@@ -387,9 +387,15 @@ def warm_start() -> None:
     new shell instead.
     """
     global _warm
+    from .cellshell import CellShell
+
     _prepare_process({})
-    shell = _new_shell(_NoChannel(), {})
-    shell.run_cell("pass", store_history=False, silent=True)
+    try:
+        shell = _new_shell(_NoChannel(), {})
+        shell.run_cell("pass", store_history=False, silent=True)
+    except BaseException:
+        CellShell.clear_instance()  # the cell builds its own, not this half-made singleton
+        raise
     _warm = shell, _builder()
 
 
