@@ -17,7 +17,14 @@ import pytest
 
 from cellbox.grading.results import SubmissionResult
 from cellbox.grading.submissions import Submission
-from cellbox.grading.task import GradeSettings, StopSwitch, Suite, base_library_is_read_only, grade_safely
+from cellbox.grading.task import (
+    GradeSettings,
+    StopSwitch,
+    Suite,
+    base_library_is_read_only,
+    file_digests,
+    grade_safely,
+)
 from cellbox.grading.venvs import BaseLibrary
 from cellbox.isolation import Isolation, make_plan, probe
 from cellbox.limits import Limits
@@ -171,13 +178,6 @@ def test_instructor_files_are_read_only_to_an_isolated_run(cases: tuple[Path, Su
     assert "Read-only file system" in result.reason or "Permission denied" in result.reason
 
 
-def _digests(root: Path) -> dict[str, str]:
-    import hashlib
-
-    files = [p for p in root.rglob("*") if p.is_file()]
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
-
-
 @pytest.mark.parametrize(
     "isolation", [Isolation(mode="auto"), Isolation(mode="none"), FS_ONLY], ids=["auto", "none", "fs-only"]
 )
@@ -189,9 +189,9 @@ def test_submission_cannot_change_the_base_library_the_others_are_graded_with(
         pytest.skip("the fs layer (bubblewrap) is not available here; see `cellbox doctor`")
     # Shared only with a run as another user: a read-only view alone can be remounted by a root child.
     assert base_library_is_read_only(isolation) is (plan.user is not None)
-    before = _digests(base.path)
+    before = file_digests(base.path)
     assert grade_with("patches_pytest", cases, base, isolation).verdict is Verdict.FAILED
-    assert _digests(base.path) == before
+    assert file_digests(base.path) == before
     assert grade_with("honest", cases, base, isolation).verdict is Verdict.VERIFIED
 
 

@@ -206,12 +206,11 @@ def warm(module):
 
 
 def join_cgroup(path):
-    """Move this process into the cgroup at ``path``; ``True`` when it is there (cgroups(7), cgroup.procs)."""
+    """Move this process into the cgroup at ``path`` (:func:`cellbox._launch.join_cgroup`); ``True`` once there."""
     if not path:
         return False
     try:
-        with open(os.path.join(path, "cgroup.procs"), "w") as f:
-            f.write(str(os.getpid()))
+        _launch.join_cgroup(path)
         return True
     except OSError:
         return False  # the run's own set-up tries again, and reports what fails

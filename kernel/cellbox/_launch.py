@@ -255,6 +255,12 @@ def add_landlock_rule(ruleset, path, rights):
         os.close(fd)
 
 
+def join_cgroup(path):
+    """Move this process into the cgroup at ``path`` (cgroups(7), ``cgroup.procs``).  Raises OSError."""
+    with open(os.path.join(path, "cgroup.procs"), "w") as f:
+        f.write(str(os.getpid()))
+
+
 def prepare_command(spec, status_fd, exact_priority=False):
     """In the command's process: group, signals, fds, priority, user, limits, Landlock.
 
@@ -273,8 +279,7 @@ def prepare_command(spec, status_fd, exact_priority=False):
         signal.signal(getattr(signal, name), signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
     if spec.get("cgroup"):
-        with open(os.path.join(spec["cgroup"], "cgroup.procs"), "w") as f:
-            f.write(str(os.getpid()))
+        join_cgroup(spec["cgroup"])
     place_fds(spec.get("fds", []))
     apply_priority(spec, status_fd, exact=exact_priority)
     switch_user(spec)

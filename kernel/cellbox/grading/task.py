@@ -51,7 +51,7 @@ from ..verdict import Verdict, judge
 from .evidence import EvidenceRecorder
 from .results import SubmissionResult
 from .submissions import Layout, Submission, SubmissionError, lay_out
-from .venvs import REPORTER_MODULE, BaseLibrary, create_venv, pip_install_command
+from .venvs import REPORTER_MODULE, BaseLibrary, create_venv, pip_install_command, readable_by_all
 
 __all__ = [
     "Suite",
@@ -413,12 +413,7 @@ class _Workspace:
 
     def open_grader(self) -> None:
         """Let every user read the grader's directory (a+rX); nobody but the grader may write it."""
-        for folder, dirs, files in os.walk(self.grader):
-            for name in dirs:
-                os.chmod(os.path.join(folder, name), 0o755)
-            for name in files:
-                os.chmod(os.path.join(folder, name), 0o644)
-        os.chmod(self.grader, 0o755)
+        readable_by_all(self.grader)
 
     def remove(self) -> None:
         self.task.remove()

@@ -41,7 +41,15 @@ import tempfile
 import venv
 from pathlib import Path
 
-__all__ = ["BaseLibrary", "SetupError", "BASE_DISTRIBUTIONS", "REPORTER_MODULE", "create_venv", "pip_install_command"]
+__all__ = [
+    "BaseLibrary",
+    "SetupError",
+    "BASE_DISTRIBUTIONS",
+    "REPORTER_MODULE",
+    "create_venv",
+    "pip_install_command",
+    "readable_by_all",
+]
 
 BASE_DISTRIBUTIONS = ("pytest", "pluggy", "iniconfig", "packaging", "pygments")
 REPORTER_MODULE = "cellbox_grading_reporter"
@@ -82,7 +90,7 @@ class BaseLibrary:
             # Compiled once here; copies keep the mtimes (copy2), so the .pyc stay valid
             # in the task even though its children never write bytecode.
             compileall.compile_dir(library, quiet=2, workers=1)
-            _readable_by_all(root)
+            readable_by_all(root)
         except BaseException:
             shutil.rmtree(root, ignore_errors=True)
             raise
@@ -114,7 +122,7 @@ class BaseLibrary:
         self.remove()
 
 
-def _readable_by_all(root: Path) -> None:
+def readable_by_all(root: Path) -> None:
     """Folders 0755 and files 0644 below ``root``: every user may read the library, only its owner write it."""
     for folder, dirs, files in os.walk(root):
         for name in dirs:
