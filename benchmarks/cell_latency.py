@@ -1,24 +1,25 @@
-"""Warm start: the cellbox kernel with its fork server and with spawn, against ipykernel's python3.
+"""The cellbox kernel (its session of snapshots) against ipykernel's python3, side by side.
 
-Three kernels are started in one run through jupyter_client (cellbox with
-``--CellboxKernel.start_method=forkserver``, the default; cellbox with
-``spawn``; ipykernel's ``python3``) and measured side by side, interleaved so
-a busy moment hits all three alike:
+Three kernels are started in one run through jupyter_client: cellbox as
+installed (the fork server, isolation ``auto``), cellbox with isolation
+``none``, and ipykernel's ``python3``.  They are measured interleaved, so a
+busy moment hits all three alike:
 
 * **start to result**: from starting the kernel to the reply of its first
   cell (``1 + 1``), a new kernel each round;
-* **fresh import numpy**: the cell after that, ``import numpy``, in the same
-  new kernel (ipykernel imports numpy for the first time here);
-* **trivial cell**: the ``execute_request`` to ``execute_reply`` round trip
-  of ``pass`` on a kernel that has run cells before, median over many cells;
-* **import numpy**: the round trip of ``import numpy`` on such a kernel
-  (ipykernel finds it in ``sys.modules``; every cellbox cell is a new process);
-* **memory**: the fork server's resident memory, and the cellbox kernel
-  process's after 1, 100 and ``--memory-cells`` cells.
+* **numpy first cell**: the round trip of ``import numpy`` as the first cell
+  of a new kernel (after it said it is ready);
+* **trivial cell**: the ``execute_request`` to ``execute_reply`` round trip of
+  ``pass`` on a kernel with an empty namespace, median over many cells;
+* **trivial, 1 GiB**: the same on kernels that hold a 1 GiB numpy array;
+* **define 1 GiB**: a cell that makes a new 1 GiB array (``np.ones``);
+* **memory**: the cellbox kernel process's resident memory after 1, 100 and
+  ``--memory-cells`` cells, and the PSS of all of a session's processes
+  (kernel, keeper, snapshots) holding 1 GiB of state, against ipykernel's.
 
 Prints medians in milliseconds and ratios against ipykernel.  Run it with::
 
-    .venv/bin/python benchmarks/cell_latency.py [--cells 40] [--numpy 10] [--starts 5] [--memory-cells 1000]
+    .venv/bin/python benchmarks/cell_latency.py [--cells 40] [--big 5] [--starts 5] [--memory-cells 1000]
 """
 
 from __future__ import annotations
@@ -37,17 +38,19 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
 KERNELS = {
-    "forkserver": ("cellbox", ["--CellboxKernel.start_method=forkserver"]),
-    "spawn": ("cellbox", ["--CellboxKernel.start_method=spawn"]),
+    "cellbox": ("cellbox", []),
+    "isolation none": ("cellbox", ["--CellboxKernel.isolation=none"]),
     "ipykernel": ("python3", []),
 }
-SERVER_NAME = "cellbox-forksrv"
+GIB_ARRAY = "import numpy as np\nbig = np.ones(2**30 // 8)"
+# A 1 GiB array and the cell's own needs fit under this address-space limit.
+ROOMY = ["--CellboxKernel.memory=4G"]
 
 
 def started(which: str, cwd: str) -> tuple[KernelManager, BlockingKernelClient]:
     name, extra = KERNELS[which]
     km = KernelManager(kernel_name=name)
-    km.start_kernel(cwd=cwd, extra_arguments=extra)
+    km.start_kernel(cwd=cwd, extra_arguments=[*extra, *(ROOMY if name == "cellbox" else [])])
     kc = km.client()
     kc.start_channels()
     kc.wait_for_ready(timeout=60)
@@ -59,41 +62,31 @@ def stop(km: KernelManager, kc: BlockingKernelClient) -> None:
     km.shutdown_kernel(now=False)
 
 
-def execute(kc: BlockingKernelClient, code: str) -> tuple[float, dict]:  # type: ignore[type-arg]
-    """Seconds from sending ``code`` to its execute_reply, and the reply; fails loudly when the cell fails."""
+def execute(kc: BlockingKernelClient, code: str) -> float:
+    """Seconds from sending ``code`` to its execute_reply; fails loudly when the cell fails."""
     begin = time.perf_counter()
     reply = kc.execute_interactive(code, timeout=120, output_hook=lambda msg: None)
     elapsed = time.perf_counter() - begin
     if reply["content"]["status"] != "ok":
         raise SystemExit(f"benchmark cell {code!r} failed: {reply['content'].get('ename')}")
-    return elapsed, reply
-
-
-def forked(reply: dict) -> bool:  # type: ignore[type-arg]
-    return "forkserver" in reply["metadata"].get("cellbox", {}).get("isolation", [])
-
-
-def until_forked(kc: BlockingKernelClient, limit: float = 60.0) -> None:
-    """Run empty cells until one is forked (the server imports in the background after the first cell)."""
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        if forked(execute(kc, "pass")[1]):
-            return
-        time.sleep(0.2)
-    raise SystemExit("the fork server did not become ready within a minute")
+    return elapsed
 
 
 def fresh(which: str, cwd: str, numpy: dict[str, list[float]]) -> float:
-    """Seconds from starting ``which`` to its first result; the next cell's ``import numpy`` goes in ``numpy``."""
+    """Seconds from starting ``which`` to its first result; a second new kernel's ``import numpy`` goes in ``numpy``."""
     begin = time.perf_counter()
     km, kc = started(which, cwd)
     try:
         execute(kc, "1 + 1")
         first = time.perf_counter() - begin
-        numpy.setdefault(which, []).append(execute(kc, "import numpy")[0])
-        return first
     finally:
         stop(km, kc)
+    km, kc = started(which, cwd)
+    try:
+        numpy.setdefault(which, []).append(execute(kc, "import numpy"))
+    finally:
+        stop(km, kc)
+    return first
 
 
 def report(title: str, times: dict[str, list[float]]) -> None:
@@ -102,38 +95,57 @@ def report(title: str, times: dict[str, list[float]]) -> None:
     for name, values in times.items():
         median = statistics.median(values)
         parts.append(f"{name} {median * 1000:7.1f} ms ({median / base:4.2f}x)")
-    print(f"{title:<19} " + "   ".join(parts) + f"   (median of {len(times['ipykernel'])})")
+    print(f"{title:<18} " + "   ".join(parts) + f"   (median of {len(times['ipykernel'])})")
 
 
 def kernel_process(km: KernelManager) -> psutil.Process:
-    pid = km.provisioner.pid if km.provisioner is not None else None  # type: ignore[attr-defined]
-    return psutil.Process(pid)
+    return psutil.Process(int(km.provisioner.process.pid))  # type: ignore[union-attr]
+
+
+def session_pss(km: KernelManager) -> int:
+    """Bytes of PSS of the kernel process and every process below it (proportional: shared pages split)."""
+    kernel = kernel_process(km)
+    total = 0
+    for process in [kernel, *kernel.children(recursive=True)]:
+        try:
+            total += process.memory_full_info().pss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return total
 
 
 def memory(cwd: str, cells: int) -> None:
-    km, kc = started("forkserver", cwd)
-    try:
-        until_forked(kc)
-        kernel = kernel_process(km)
-        servers = [p for p in kernel.children(recursive=True) if p.name() == SERVER_NAME]
-        if servers:
-            info = servers[0].memory_full_info()
+    for which in ("cellbox", "ipykernel"):
+        km, kc = started(which, cwd)
+        try:
+            before = session_pss(km)
+            execute(kc, GIB_ARRAY)
+            for _ in range(5):
+                execute(kc, "pass")
+            held = session_pss(km)
             print(
-                f"fork server      rss {info.rss / 2**20:.1f} MiB, uss {info.uss / 2**20:.1f} MiB, pid {servers[0].pid}"
+                f"{which:<10} session pss: empty {before / 2**20:7.1f} MiB, "
+                f"with 1 GiB of state {held / 2**20:7.1f} MiB"
             )
-        marks = {1, 100, cells}
+        finally:
+            stop(km, kc)
+    if not cells:
+        return
+    km, kc = started("cellbox", cwd)
+    try:
+        kernel = kernel_process(km)
         for n in range(1, cells + 1):
             execute(kc, f"x = {n}")
-            if n in marks:
-                print(f"kernel after {n:>5} cells: rss {kernel.memory_info().rss / 2**20:.1f} MiB")
+            if n in (1, 100, cells):
+                print(f"cellbox kernel after {n:>5} cells: rss {kernel.memory_info().rss / 2**20:.1f} MiB")
     finally:
         stop(km, kc)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cells", type=int, default=40, help="trivial cells per kernel (default 40)")
-    parser.add_argument("--numpy", type=int, default=10, help="import-numpy cells per kernel (default 10)")
+    parser.add_argument("--cells", type=int, default=40, help="trivial cells per kernel and state (default 40)")
+    parser.add_argument("--big", type=int, default=5, help="cells defining 1 GiB per kernel (default 5)")
     parser.add_argument("--starts", type=int, default=5, help="kernel starts per kernel (default 5)")
     parser.add_argument("--memory-cells", type=int, default=1000, help="cells for the kernel memory check (0: skip)")
     args = parser.parse_args()
@@ -142,28 +154,24 @@ def main() -> None:
         f"load {os.getloadavg()[0]:.1f}, {sys.executable}"
     )
     with tempfile.TemporaryDirectory() as cwd:
+        os.chmod(cwd, 0o755)
         fresh_numpy: dict[str, list[float]] = {}
         starts = interleaved({k: (lambda k=k: fresh(k, cwd, fresh_numpy)) for k in KERNELS}, args.starts)
         report("start to result", starts)
-        report("fresh import numpy", fresh_numpy)
+        report("numpy first cell", fresh_numpy)
         kernels = {k: started(k, cwd) for k in KERNELS}
         try:
-            until_forked(kernels["forkserver"][1])
             for _km, kc in kernels.values():
                 execute(kc, "pass")
-            trivial = interleaved(
-                {k: (lambda kc=kc: execute(kc, "pass")[0]) for k, (_, kc) in kernels.items()}, args.cells
-            )
-            report("trivial cell", trivial)
-            numpy = interleaved(
-                {k: (lambda kc=kc: execute(kc, "import numpy")[0]) for k, (_, kc) in kernels.items()}, args.numpy
-            )
-            report("import numpy", numpy)
+            cells = {k: (lambda kc=kc: execute(kc, "pass")) for k, (_, kc) in kernels.items()}
+            report("trivial cell", interleaved(cells, args.cells))
+            defining = {k: (lambda kc=kc: execute(kc, GIB_ARRAY)) for k, (_, kc) in kernels.items()}
+            report("define 1 GiB", interleaved(defining, args.big))
+            report("trivial, 1 GiB", interleaved(cells, args.cells))
         finally:
             for km, kc in kernels.values():
                 stop(km, kc)
-        if args.memory_cells:
-            memory(cwd, args.memory_cells)
+        memory(cwd, args.memory_cells)
 
 
 if __name__ == "__main__":

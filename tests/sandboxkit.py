@@ -71,8 +71,8 @@ def survivors(mark: str) -> list[int]:
     """Pids of live (non-zombie) processes whose command line contains ``mark``.
 
     With a fork server, forked processes keep the server's command line: then
-    every live process below the server's launcher but the server and its
-    spare pair counts too (a run's orphans are re-parented up that tree).
+    every live process below the session's launcher but its keeper and
+    snapshots counts too (a run's orphans are re-parented up that tree).
     """
     found = forked_survivors() if FORKSERVER is not None else []
     for name in os.listdir("/proc"):
@@ -91,7 +91,7 @@ def survivors(mark: str) -> list[int]:
 
 
 def forked_survivors() -> list[int]:
-    """Live processes below the fork server's launcher that are neither the server nor its spare."""
+    """Live processes below the session's launcher that are neither its keeper nor a snapshot."""
     assert FORKSERVER is not None
     root = FORKSERVER.launcher_pid
     children: dict[int, list[int]] = {}
@@ -112,7 +112,7 @@ def forked_survivors() -> list[int]:
         for pid in children.get(todo.pop(), []):
             todo.append(pid)
             comm, state = names[pid]
-            if pid != FORKSERVER.pid and comm != b"cellbox-spare" and state != b"Z":
+            if pid != FORKSERVER.pid and comm not in (b"cellbox-snap", b"cellbox-keeper") and state != b"Z":
                 found.append(pid)
     return found
 

@@ -124,10 +124,13 @@ def test_load_ext_is_repeated_in_later_cells(kc: BlockingKernelClient) -> None:
     assert execute(kc, "%autoreload 2").status == "ok"
 
 
-def test_cd_and_env_are_carried(kc: BlockingKernelClient, tmp_path: Path) -> None:
-    execute(kc, f"%cd {tmp_path}")
-    assert execute(kc, "import os\nprint(os.getcwd())").stream() == f"{tmp_path}\n"
+def test_cd_and_env_are_carried(kc: BlockingKernelClient) -> None:
+    # A directory inside the notebook's: the only one the session's view shows writable.
+    home = execute(kc, "import os\nos.makedirs('cd_target', exist_ok=True)\nprint(os.getcwd())").stream().strip()
+    execute(kc, "%cd cd_target")
+    assert execute(kc, "import os\nprint(os.getcwd())").stream() == f"{home}/cd_target\n"
     execute(kc, "%cd -")
+    assert execute(kc, "print(os.getcwd())").stream() == f"{home}\n"
 
 
 def test_matplotlib_inline_magic_is_accepted(kc: BlockingKernelClient) -> None:

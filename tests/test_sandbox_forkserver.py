@@ -234,23 +234,23 @@ def _alive(pid: int | None) -> bool:
 # --------------------------------------------------------------------------- ahead of the run: cgroup and shell
 
 
-def test_forked_run_is_in_its_own_pids_cgroup_with_its_limit_which_is_removed_after(server: ForkServer) -> None:
+def test_forked_runs_are_held_by_the_sessions_pids_cgroup_set_to_each_runs_limit(server: ForkServer) -> None:
     root = sandbox.pids_cgroup_root()
     if root is None:
         pytest.skip("needs a writable pids cgroup (root); without one RLIMIT_NPROC is used, tested elsewhere")
     code = f"path = {str(root)!r} + open('/proc/self/cgroup').read().split('pids:')[1].split()[0]\n"
-    code += "print(path, open(path + '/pids.max').read().strip())"
-    paths = []
+    code += "print(path, int(open(path + '/pids.max').read()) - int(open(path + '/pids.current').read()))"
+    seen = []
     for processes in (7, 9):
         limits = Limits(wall_time=10, cpu_time=10, memory=1024**3, processes=processes)
         stdout, _stderr, isolation = forked(server, code, limits=limits)
-        path, limit = stdout.split()
-        assert (limit, "pids-cgroup" in isolation) == (str(processes), True)
-        assert Path(path).name.startswith(f"cellbox-{os.getpid()}-")
-        paths.append(path)
-    assert paths[0] != paths[1]
-    assert sandbox._CGROUP_REMOVER.drain(10)
-    assert [os.path.exists(path) for path in paths] == [False, False]
+        path, room = stdout.split()
+        assert "pids-cgroup" in isolation
+        seen.append((path, int(room)))
+    # One cgroup for the session; room for the run's processes beyond the command itself
+    # (one more while the snapshot's middle process that forked the command is being reaped).
+    assert seen[0][0] == seen[1][0]
+    assert [room in (limit - 1, limit) for (_path, room), limit in zip(seen, (7, 9), strict=True)] == [True, True]
 
 
 def test_cgroups_left_by_a_dead_process_are_found_and_ours_are_not(tmp_path: Path) -> None:
@@ -293,32 +293,20 @@ import json, os, sys
 os.environ["MPLBACKEND"] = "agg"
 from cellbox import cellrunner
 channel = cellrunner.Channel(",".join(map(str, (os.pipe()[1], os.pipe()[0]))))
-
-def describe(shell, namespace):
-    return {
-        "names": sorted(shell.user_ns), "hidden": sorted(shell.user_ns_hidden),
-        "namespace_is_the_cells": shell.user_ns is namespace and shell.user_module.__dict__ is namespace,
-        "main_module": sys.modules["__main__"] is shell.user_module,
-        "completer": shell.Completer.namespace is namespace, "dh": [str(p) for p in shell.history_manager.dir_hist],
-        "starting_dir": shell.starting_dir,
-        "channel": shell.channel is channel, "result": shell.run_cell("a + 1").result,
-    }
-
+spec = {"code": "pass", "history": [""], "limits": {}}
 if sys.argv[1] == "warm":
     cellrunner.warm_start()
-    os.chdir(sys.argv[2])
-    namespace = {"a": 1}
-    shell = cellrunner._take_warm_shell(channel, namespace)
-    assert cellrunner._take_warm_shell(channel, {}) is None  # used once
-else:
-    os.chdir(sys.argv[2])
-    namespace = {"a": 1}
-    shell = cellrunner._new_shell(channel, namespace)
-print(json.dumps(describe(shell, namespace)))
+os.chdir(sys.argv[2])
+shell = cellrunner._session_shell(channel, spec)
+print(json.dumps({
+    "names": sorted(shell.user_ns), "hidden": sorted(shell.user_ns_hidden),
+    "dh": [str(p) for p in shell.history_manager.dir_hist], "channel": shell.channel is channel,
+    "result": shell.run_cell("a = 1\\na + 1").result,
+}))
 """
 
 
-def test_shell_built_ahead_of_its_cell_is_the_shell_a_cell_would_build(tmp_path: Path) -> None:
+def test_shell_built_ahead_of_the_first_cell_is_the_shell_the_cell_would_build(tmp_path: Path) -> None:
     seen = {}
     for how in ("warm", "cold"):
         argv = [sys.executable, "-c", WARM_SHELL_CHECK, how, str(tmp_path)]
@@ -327,7 +315,7 @@ def test_shell_built_ahead_of_its_cell_is_the_shell_a_cell_would_build(tmp_path:
         seen[how] = json.loads(done.stdout)
     assert seen["warm"] == seen["cold"]
     warm = seen["warm"]
-    assert (warm["dh"], warm["result"], warm["namespace_is_the_cells"]) == ([str(tmp_path)], 2, True)
+    assert (warm["dh"], warm["result"], warm["channel"]) == ([str(tmp_path)], 2, True)
 
 
 def test_warmed_module_found_ahead_runs_with_the_globals_python_m_gives_it(tmp_path: Path) -> None:
@@ -382,7 +370,7 @@ def test_first_run_is_spawned_and_starts_the_server_when_it_ends() -> None:
 
 
 def test_server_that_cannot_start_is_not_retried_and_runs_are_spawned_with_the_reason() -> None:
-    with ForkServer(preload=["cellbox._testprog_missing_module_raises"], spare=False) as fork_server:
+    with ForkServer(preload=["cellbox._testprog_missing_module_raises"]) as fork_server:
         # A preload module that fails to import is reported, not fatal: the server still starts.
         assert fork_server.wait_ready(60)
         assert list(fork_server.failed) == ["cellbox._testprog_missing_module_raises"]
@@ -400,19 +388,24 @@ def test_server_that_cannot_start_is_not_retried_and_runs_are_spawned_with_the_r
         assert (fork_server.restarts, fork_server.launcher_pid) == (0, None)  # not started again
 
 
-def test_landlock_alone_is_applied_to_a_forked_run(server: ForkServer) -> None:
+def test_the_sessions_landlock_holds_its_forked_runs_and_not_its_keeper() -> None:
     from cellbox.isolation import Isolation, probe
 
     if not probe().available("landlock"):
         pytest.skip("Landlock is not available on this machine")
-    code = "import os\ntry:\n    os.listdir('/root'); print('read')\nexcept PermissionError:\n    print('denied')"
-    argv = [sys.executable, "-m", "cellbox._testprog", code]
-    outcome = run(argv, forkserver=server, isolation=Isolation(mode="strict", layers=("landlock",)))
-    assert outcome.stdout == "denied\n"
+    isolation = Isolation(mode="strict", layers=("landlock",))
+    with ForkServer(preload=[], isolation=isolation) as session:
+        assert session.wait_ready(60)
+        code = "import os\ntry:\n    os.listdir('/root'); print('read')\nexcept PermissionError:\n    print('denied')"
+        keeper = session.pid
+        code += f"\ntry:\n    os.kill({keeper}, 0); print('reached')\n"
+        code += "except OSError as exc:\n    print(type(exc).__name__)"
+        outcome = run([sys.executable, "-m", "cellbox._testprog", code], forkserver=session, isolation=isolation)
+    assert outcome.stdout == "denied\nPermissionError\n"
     assert {"landlock", "forkserver"} <= set(outcome.isolation)
 
 
-def test_bubblewrap_layers_are_spawned_with_a_note(server: ForkServer) -> None:
+def test_a_run_that_asks_for_other_layers_than_the_sessions_is_spawned_with_a_note(server: ForkServer) -> None:
     from cellbox.isolation import BWRAP_LAYERS, Isolation, probe
 
     if not any(probe().available(layer) for layer in BWRAP_LAYERS):
@@ -422,7 +415,22 @@ def test_bubblewrap_layers_are_spawned_with_a_note(server: ForkServer) -> None:
     )
     assert outcome.stdout == "6\n"
     assert "forkserver" not in outcome.isolation
-    assert any("need a spawned launcher" in note for note in outcome.notes)
+    assert any("is not the session's" in note for note in outcome.notes)
+
+
+def test_a_session_with_bubblewrap_layers_forks_runs_inside_them() -> None:
+    from cellbox.isolation import BWRAP_LAYERS, Isolation, probe
+
+    if not all(probe().available(layer) for layer in BWRAP_LAYERS):
+        pytest.skip("bubblewrap gives not every layer on this machine")
+    with TaskDirectory.create() as task, ForkServer(preload=[], task=task, isolation=Isolation.auto()) as session:
+        assert session.wait_ready(60)
+        code = "import os\nprint(os.getpid() < 100, sorted(p for p in os.listdir('/proc') if p.isdigit())[:1])"
+        outcome = run(
+            [sys.executable, "-m", "cellbox._testprog", code], forkserver=session, isolation=Isolation.auto(), task=task
+        )
+    assert outcome.stdout == "True ['1']\n"
+    assert {"net", "pid", "fs", "user", "forkserver"} <= set(outcome.isolation)
 
 
 def test_run_that_removes_the_task_directory_does_not_break_the_server_start() -> None:
@@ -462,7 +470,6 @@ FAILED_WARM_UP = """
 import os, sys
 os.environ["MPLBACKEND"] = "agg"
 from cellbox import cellrunner
-from cellbox.cellshell import CellShell
 broken = cellrunner._install_pager
 cellrunner._install_pager = lambda shell: 1 / 0  # the warm-up fails half-way, after the shell exists
 try:
@@ -471,13 +478,11 @@ except ZeroDivisionError:
     pass
 cellrunner._install_pager = broken
 channel = cellrunner.Channel(",".join(map(str, (os.pipe()[1], os.pipe()[0]))))
-namespace = {"a": 1}
-assert cellrunner._take_warm_shell(channel, namespace) is None
-shell = cellrunner._new_shell(channel, namespace)
-print(shell.channel is channel, shell.user_ns is namespace)
+shell = cellrunner._session_shell(channel, {"history": [""], "limits": {}})
+print(shell.channel is channel, shell.run_cell("1 + 1").result)
 """
 
 
 def test_warm_up_that_fails_leaves_no_half_made_shell_for_the_cell() -> None:
     done = subprocess.run([sys.executable, "-c", FAILED_WARM_UP], capture_output=True, text=True)
-    assert (done.stdout, done.returncode) == ("True True\n", 0), done.stderr
+    assert (done.stdout, done.returncode) == ("True 2\n", 0), done.stderr

@@ -1,40 +1,46 @@
-"""Child side of the fork server: a warm interpreter that forks one supervisor and command per run.
+"""Child side of the session: a keeper that never runs cell code, and the snapshots runs are forked from.
 
 Standard library only until the preload list is imported.  The parent
 (:class:`cellbox.forkserver.ForkServer`) starts this module through the sandbox
-core's launcher, ``python -m cellbox._forkserver_child CONFIG``, so the server
-itself runs with the scrubbed environment, under rlimits, in a process group
-the launcher kills with everything in it.  Its fd 3 is one end of a
-``SOCK_SEQPACKET`` socket pair; nothing else can reach the server.
+core's launcher, ``python -m cellbox._forkserver_child CONFIG``, inside the
+session's isolation (its namespaces, user and pids cgroup), so the whole
+session runs with the scrubbed environment, under rlimits, in a tree the
+launcher kills with everything in it.  Its fd 3 is one end of a
+``SOCK_SEQPACKET`` socket pair that only the kernel holds.
 
-The server is single-threaded (fork(2) of a threaded process copies one thread
-and whatever locks the others held).  It imports the preload list, freezes
-the garbage collector's view of what it loaded (``gc.freeze``: the children's
-collections then never write to those objects' pages), says ``ready``, and
-keeps one **spare** forked ahead of time:
+Who is who (one session)::
 
-* the spare's **supervisor** (``P``): its own session, a child subreaper once
-  it has a run; it is :class:`cellbox._launch.Supervisor`, so killing,
-  reaping and the JSON exit record are the launcher's own code;
-* the spare's **command** (``C``), forked from ``P`` at once: it moves itself
-  into the pids cgroup the parent made for the next run (a move waits for
-  every fork on the machine to finish, milliseconds, so it is done here while
-  nobody waits), calls the
-  ``warm_start()`` of the module the server was told to warm (the cell runner
-  builds IPython's shell and runs an empty cell through it, paying that and
-  its copy-on-write faults while nobody waits), then blocks until it is given
-  a run.
+    kernel ──socket──> keeper K (this module's main; trusted: never runs cell code)
+                        ├── base snapshot S0  (forked once: warm shell, no cell has run in it)
+                        ├── snapshots S1..Sn  (each a fork of a finished cell: its state)
+                        └── cell C            (forked from Sn, or from S0 for a pristine run)
 
-A hand-off is one message from the parent: the run's spec as JSON, and its
-pipes (status, control, stdout, stderr, stdin, the channel) as SCM_RIGHTS
-(unix(7); ``socket.send_fds``).  The server passes both to the spare's ``P``
-and answers the parent with ``P``'s pid; ``P`` passes the command's fds on to
-``C`` and supervises it.  ``C`` applies the run's limits with the launcher's
-:func:`~cellbox._launch.prepare_command` (group, signals, fds, priority, user,
-rlimits, Landlock), replaces its environment, reseeds ``random`` (and
-numpy's global generator when it is loaded), closes every other fd and runs the
-module with :func:`runpy.run_module`, as ``python -m`` would.  A spare is used
-for exactly one run; the next one is forked right after the answer.
+* The **keeper** imports the preload list, forks ``S0``, and then only
+  supervises: it is a child subreaper (every process of a run ends up its
+  child), not dumpable (prctl(2) ``PR_SET_DUMPABLE``: no ptrace, no
+  ``/proc/K/mem`` or ``environ`` for anyone of its user), and outside the
+  Landlock domain its snapshots and cells are in, so none of them can signal
+  or trace it (landlock(7), ``LANDLOCK_SCOPE_SIGNAL``).  Per run it obeys the
+  control pipe (``interrupt``, ``kill``), reaps, kills every process of the run
+  when its command ends, and writes the launcher's JSON exit record on the
+  status pipe.
+* A **snapshot** is a process image that holds a session's state.  It is
+  stopped (SIGSTOP) while nobody needs it, so no work of a cell runs between
+  cells; the keeper continues it to fork one run, then stops it again.  It
+  forks twice, so the run's command is re-parented to the keeper, which alone
+  waits for it (its exit status and rusage come from wait4(2) in the keeper).
+* A **run's command** applies the run's limits (soft limits: a snapshot keeps
+  the hard limits it started with, so a later cell can be given more) and runs
+  its module.  When the run asks for a snapshot and its command finishes the
+  module alive, it forks the next snapshot (its main thread only: fork(2)
+  copies the calling thread) before it exits; that process closes the run's
+  pipes, says hello on its own socket, and waits.  The kernel then keeps it
+  (``settle``) or drops it.
+
+Requests on the kernel's socket, one JSON message each (fds beside, as
+SCM_RIGHTS, unix(7)), one reply each: ``run`` (the run's spec and pipes;
+reply: the command's pid), ``settle`` (keep or drop the newest snapshot),
+``undo`` (drop the last N kept snapshots), ``stat`` (sizes).
 """
 
 import atexit
@@ -43,14 +49,18 @@ import gc
 import importlib
 import importlib.util
 import json
+import math
 import os
 import random
 import re
+import resource
 import runpy
+import select
 import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 import types
 import warnings
@@ -61,15 +71,23 @@ from cellbox import _launch
 # the channel's two only when the run has them).
 HANDOFF_NAMES = ("status", "control", "stdout", "stderr", "stdin", "message", "reply")
 MAX_MESSAGE = 1024 * 1024
-MAX_FDS = len(HANDOFF_NAMES)
+MAX_FDS = len(HANDOFF_NAMES) + 1
 PR_SET_NAME = 15
-SPARE_NAME = b"cellbox-spare"
-SERVER_NAME = b"cellbox-forksrv"
+PR_SET_DUMPABLE = 4
+SNAPSHOT_NAME = b"cellbox-snap"
+KEEPER_NAME = b"cellbox-keeper"
 # Where the channel's ends go in the command, as for a spawned command (sandbox.CHANNEL_FDS).
 CHANNEL_TARGETS = {"message": 3, "reply": 4}
-# (spec, code) of the warmed module's ``python -m`` entry, found once by the server:
-# finding and reading it in every run took milliseconds (more with a stale .pyc).
+# Seconds a snapshot may take to fork a run, and a finished command to say its snapshot is there.
+SNAPSHOT_TIMEOUT = 5.0
+# Seconds between two looks at a run's CPU time, for a run that keeps soft limits only.
+CPU_CHECK = 0.1
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# (spec, code) of the warmed module's ``python -m`` entry, found once by the keeper.
 PREFETCHED = None
+# In a run's command: the session wants a snapshot of it when its module returns
+# (read by the cell runner, which then returns instead of leaving).
+SNAPSHOT = False
 
 
 def set_name(name):
@@ -78,6 +96,14 @@ def set_name(name):
         _launch.libc().prctl(PR_SET_NAME, name[:15], 0, 0, 0)
     except (OSError, AttributeError):
         pass
+
+
+def set_dumpable(flag):
+    """prctl(2) PR_SET_DUMPABLE: 0 closes ptrace and /proc/PID/{mem,environ} to everyone without CAP_SYS_PTRACE."""
+    try:
+        return _launch.libc().prctl(PR_SET_DUMPABLE, int(flag), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def send_json(sock, message, fds=()):
@@ -99,7 +125,7 @@ def receive(sock):
 
 
 def preload(names):
-    """Import ``names``, then what an empty cell imports; return ``(loaded, {name: reason}, probed)``."""
+    """Import ``names``; return ``(loaded, {name: reason})``."""
     if "cellbox.cellrunner" in names:
         prepare_entry("cellbox.cellrunner")
     loaded, failed = [], {}
@@ -109,75 +135,21 @@ def preload(names):
             loaded.append(name)
         except Exception as exc:  # noqa: BLE001 - a module that is not installed is reported, not fatal
             failed[name] = f"{type(exc).__name__}: {exc}"
-    probed = []
-    if "cellbox.cellrunner" in loaded:
-        for name in probe_cell_modules():
-            try:
-                importlib.import_module(name)
-                probed.append(name)
-            except Exception:  # noqa: BLE001, S112 - only a head start; the cell imports it again if it must
-                continue
-    return loaded, failed, probed
-
-
-def probe_cell_modules():
-    """Modules an empty cell imports beyond the preload list, found in a throwaway child.
-
-    IPython imports much of itself only when its first shell is made (the
-    completer, the history store, pyplot for the inline backend).  An empty
-    cell run in a child that is then discarded names them, and the server
-    imports them too, without keeping the shell or anything it set up.
-    """
-    result_r, result_w = os.pipe()
-    message_r, message_w = os.pipe()
-    reply_r, reply_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            from cellbox import cellrunner
-            from cellbox.limits import Limits
-
-            devnull = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):
-                os.dup2(devnull, fd)
-            os.environ["CELLBOX_CHANNEL"] = f"{message_w},{reply_r}"
-            spec = {"code": "pass", "carry_state": False, "history": [""], "limits": Limits().as_dict()}
-            cellrunner.run(spec)
-            os.write(result_w, json.dumps(sorted(sys.modules)).encode())
-        finally:
-            os._exit(0)
-    for fd in (result_w, message_w, reply_r):
-        os.close(fd)
-    chunks = []
-    while True:
-        chunk = os.read(result_r, 1 << 16)
-        if not chunk:
-            break
-        chunks.append(chunk)
-    for fd in (result_r, message_r, reply_w):
-        os.close(fd)
-    os.waitpid(pid, 0)
-    try:
-        names = json.loads(b"".join(chunks) or b"[]")
-    except ValueError:
-        return []
-    return [name for name in names if name not in sys.modules and name != "__main__"]
+    return loaded, failed
 
 
 def prepare_entry(module):
     """What an entry module does to the process before its imports, done again in each child.
 
     The cell runner picks matplotlib's backend through ``MPLBACKEND`` before
-    matplotlib is imported; matplotlib reads it once, at import
-    (``matplotlib/__init__.py``), so with matplotlib preloaded the child must
-    set it again.
+    matplotlib is imported; matplotlib reads it once, at import, so with
+    matplotlib already imported the child must set it again.
     """
     if module == "cellbox.cellrunner":
         from cellbox import cellrunner
 
         cellrunner._prepare_process({})
     matplotlib = sys.modules.get("matplotlib")
-    # pyplot picks its backend from rcParams when first used (never in the server).
     if matplotlib is not None and os.environ.get("MPLBACKEND"):
         try:
             matplotlib.rcParams["backend"] = os.environ["MPLBACKEND"]
@@ -188,9 +160,8 @@ def prepare_entry(module):
 def warm(module):
     """Call ``module.warm_start()`` when the module is loaded and has one; ``False`` when it failed.
 
-    It prepares, in this spare only, what the module's next run would build
-    first (see :func:`cellbox.cellrunner.warm_start`).  A warm-up that fails
-    is forgotten: the run then builds everything itself, as a spawned one does.
+    The base snapshot does it once: the cell runner builds IPython's shell
+    there, and every cell of the session then runs in that shell's copies.
     """
     hook = getattr(sys.modules.get(module or ""), "warm_start", None)
     if hook is None:
@@ -198,39 +169,25 @@ def warm(module):
     try:
         hook()
         return True
-    except Exception:  # noqa: BLE001 - only a head start
+    except Exception:  # noqa: BLE001 - only a head start; the first cell builds what is missing
         return False
 
 
-# --------------------------------------------------------------------------- the command
+# --------------------------------------------------------------------------- a run's command
 
 
-def join_cgroup(path):
-    """Move this process into the cgroup at ``path`` (:func:`cellbox._launch.join_cgroup`); ``True`` once there."""
-    if not path:
-        return False
-    try:
-        _launch.join_cgroup(path)
-        return True
-    except OSError:
-        return False  # the run's own set-up tries again, and reports what fails
+def command_main(request, named):
+    """``C``: become the run's command, run it; return the next snapshot's socket in that snapshot only.
 
-
-def command_main(sock, warm_module, cgroup):
-    """``C``: join the next run's cgroup, warm up, wait for the run, then become it.  Never returns."""
-    try:
-        joined = cgroup if join_cgroup(cgroup) else None
-        warm(warm_module)
-        spec, fds = receive(sock)
-        sock.close()
-        if spec is None:
-            os._exit(0)
-        named = dict(zip(spec["handoff"], fds, strict=True))
-        if joined and spec.get("cgroup") == joined:
-            spec["cgroup"] = None  # already in it
-    except BaseException:  # noqa: BLE001 - a spare that cannot start leaves quietly
-        os._exit(0)
+    In the command itself it never returns: the process ends with the
+    module's exit status.
+    """
+    global SNAPSHOT
+    SNAPSHOT = "snapshot" in named
     status_fd = named["status"]
+    carried = request.get("from") == "current"
+    # A carried cell goes on where the last one left off: its %cd, its %env, its sys.path, its seeds.
+    where = current_directory() if carried else None
     try:
         places = [[named["stdout"], 1], [named["stderr"], 2]]
         if "stdin" in named:
@@ -238,33 +195,110 @@ def command_main(sock, warm_module, cgroup):
         else:
             places.append([os.open(os.devnull, os.O_RDONLY), 0])
         places += [[named[name], target] for name, target in CHANNEL_TARGETS.items() if name in named]
-        spec["fds"] = places
+        # A run that becomes a snapshot keeps its hard limits as they were (see apply_limits).
+        spec = dict(request, fds=places, landlock=None, soft_limits=SNAPSHOT)
         status_fd = _launch.prepare_command(spec, status_fd, exact_priority=True)
         python_signals()
-        set_name(os.path.basename(sys.executable).encode())
-        keep = {0, 1, 2, status_fd, *(target for _fd, target in places)}
-        close_other_fds(keep)
-        replace_environment(spec["env"])
-        sys.path[0] = os.getcwd()  # as `python -m` puts the working directory first
-        reseed()
-        prepare_entry(spec["argv"][2])
+        if carried:
+            os.environ["CELLBOX_CHANNEL"] = request["env"].get("CELLBOX_CHANNEL", "")
+            if where is not None and os.path.isdir(where):
+                os.chdir(where)
+        else:
+            # A pristine run: nothing of the base or of earlier runs reaches it.
+            keep = {0, 1, 2, status_fd, *(target for _fd, target in places)}
+            if "snapshot" in named:
+                keep.add(named["snapshot"])
+            close_other_fds(keep)
+            replace_environment(request["env"])
+            sys.path[0] = os.getcwd()  # as `python -m` puts the working directory first
+            reseed()
+        prepare_entry(request["argv"][2])
     except OSError as exc:
         _launch.emit(status_fd, {"event": "exec_error", "text": f"cannot start the command: {exc.strerror or exc}"})
         os._exit(126)
-    except BaseException as exc:  # noqa: BLE001 - never return into the server's loop
+    except BaseException as exc:  # noqa: BLE001 - never return into the snapshot's loop
         _launch.emit(status_fd, {"event": "exec_error", "text": f"cannot start the command: {exc!r}"})
         os._exit(126)
     os.close(status_fd)
-    finish(run_module(spec["argv"]))
+    status = run_module(request["argv"])
+    snapshot = named.get("snapshot")
+    if snapshot is None:
+        finish(status)
+    if status in (0, 1) and make_snapshot(snapshot):
+        return socket.socket(fileno=snapshot)  # here, in the new snapshot
+    # A cell's run: threads it left are not waited for, they end with it (the runner said so).
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
+
+
+def make_snapshot(fd):
+    """Fork the next snapshot from this finished command; ``True`` in the snapshot, ``False`` never returns here.
+
+    The command waits until the snapshot has said hello on its socket, so the
+    keeper finds the hello when it reaps the command.  Returns ``True`` in the
+    new snapshot; in the command it returns ``False`` (the caller then ends it).
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    ready_r, ready_w = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        return False
+    if pid == 0:
+        try:
+            os.close(ready_r)
+            become_snapshot(fd)
+            os.write(ready_w, b"x")
+            os.close(ready_w)
+            return True
+        except BaseException:  # noqa: BLE001 - a snapshot that cannot start leaves quietly
+            os._exit(0)
+    os.close(ready_w)
+    select.select([ready_r], [], [], SNAPSHOT_TIMEOUT)
+    os.close(ready_r)
+    return False
+
+
+def become_snapshot(fd):
+    """In a new snapshot: let go of the run's streams and channel, say hello, block SIGINT."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for target in (0, 1, 2):
+        os.dup2(devnull, target)
+    os.close(devnull)
+    for target in CHANNEL_TARGETS.values():
+        try:
+            os.close(target)
+        except OSError:
+            pass
+    # An interrupt meant for the next cell's group never reaches its snapshot.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    set_name(SNAPSHOT_NAME)
+    send_json(socket.socket(fileno=os.dup(fd)), {"event": "snapshot", "pid": os.getpid()})
+
+
+def current_directory():
+    """The working directory, or ``None`` when it was removed."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
 
 
 def replace_environment(env):
-    """The run's environment in place of the server's, in ``os.environ``, ``os.environb`` and the C library's."""
+    """The run's environment in place of the snapshot's, in ``os.environ``, ``os.environb`` and the C library's."""
     os.environb.clear()
     os.environ.clear()
     os.environ.update(env)
     os.environb.update((key.encode(), value.encode()) for key, value in env.items())
-    # tempfile chose its directory from the server's TMPDIR if anything asked before the fork.
+    # tempfile chose its directory from the keeper's TMPDIR if anything asked before the fork.
     tempfile = sys.modules.get("tempfile")
     if tempfile is not None:
         tempfile.tempdir = None
@@ -282,7 +316,7 @@ def python_signals():
 
 
 def close_other_fds(keep):
-    """Close every fd but ``keep``: nothing of the server or of earlier runs reaches the command."""
+    """Close every fd but ``keep``: nothing of the keeper or of earlier runs reaches a pristine command."""
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
         if fd not in keep:
@@ -293,7 +327,7 @@ def close_other_fds(keep):
 
 
 def reseed():
-    """New random state per run: the fork copied the server's (random(3) and numpy alike)."""
+    """New random state per pristine run: the fork copied the base's (random(3) and numpy alike)."""
     random.seed()
     numpy_random = sys.modules.get("numpy.random")
     if numpy_random is not None:
@@ -304,11 +338,7 @@ def reseed():
 
 
 def prefetch(module):
-    """``(spec, code)`` of ``module`` as ``python -m`` would run it, or ``None`` (a package, or not found).
-
-    The module's spec and code object (importlib's ``find_spec`` and the
-    loader's ``get_code``), found once so a run only executes the code.
-    """
+    """``(spec, code)`` of ``module`` as ``python -m`` would run it, or ``None`` (a package, or not found)."""
     try:
         spec = importlib.util.find_spec(module) if module else None
         if spec is None or spec.loader is None or spec.submodule_search_locations is not None:
@@ -389,81 +419,575 @@ def finish(status):
     os._exit(status)
 
 
-# --------------------------------------------------------------------------- the supervisor
+# --------------------------------------------------------------------------- a snapshot
 
 
-def supervisor_main(sock, warm_module, cgroup):
-    """``P``: fork the command ahead of time, wait for a run, hand it on, supervise.  Never returns."""
+def serve_snapshot(sock):
+    """A snapshot's loop: fork one run per request.  Returns never; a forked run may continue it as a new snapshot."""
+    while True:
+        request, fds = receive(sock)
+        if request is None:
+            os._exit(0)
+        following = fork_run(sock, request, fds)
+        if following is not None:
+            sock = following  # this process is now the next snapshot
+
+
+def fork_run(sock, request, fds):
+    """Fork the run's command twice over (so the keeper is its parent); reply with its pid.
+
+    Returns the next snapshot's socket in a snapshot the command made, else
+    ``None`` (in this snapshot, after the reply).
+    """
+    named = dict(zip(request["handoff"], fds, strict=True))
+    pid_r, pid_w = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        command = -1
+        try:
+            os.close(pid_r)
+            command = os.fork()
+            if command:
+                os.write(pid_w, str(command).encode())
+        finally:
+            if command != 0:
+                os._exit(0)  # the middle process: its only job was the fork
+        try:
+            os.close(pid_w)
+            sock.close()
+            return command_main(request, named)  # returns only in the next snapshot
+        except BaseException:  # noqa: BLE001 - never back into this snapshot's loop as a command
+            os._exit(1)
+    os.close(pid_w)
+    for fd in fds:
+        os.close(fd)
+    data = b""
+    while True:
+        chunk = os.read(pid_r, 64)
+        if not chunk:
+            break
+        data += chunk
+    os.close(pid_r)
+    # Answer first: the middle process is reaped while the keeper goes on.
+    send_json(sock, {"pid": int(data)} if data else {"error": "the run's command could not be forked"})
+    os.waitpid(middle, 0)
+    return None
+
+
+def start_base(sock, config):
+    """In ``S0``: join the session's Landlock domain, build the warm shell, say hello, serve."""
+    set_dumpable(True)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    set_name(SNAPSHOT_NAME)
+    landlock = config.get("landlock")
+    problem = None
+    if landlock:
+        try:
+            _launch.apply_landlock(landlock)
+        except OSError as exc:
+            if landlock.get("required"):
+                os._exit(1)
+            problem = f"landlock: not applied ({exc.strerror or exc})"
+    warmed = warm(config.get("warm"))
+    size, _resident = vm_size()
+    send_json(sock, {"event": "snapshot", "pid": os.getpid(), "landlock": problem, "warmed": warmed, "vm_size": size})
+    serve_snapshot(sock)
+
+
+# --------------------------------------------------------------------------- the keeper
+
+
+def process_state(pid):
+    """``(state letter, ppid, threads)`` of ``pid`` from /proc, or ``None`` when it is gone."""
     try:
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the server's SIG_IGN would reap the command for us
-        os.setsid()
-        set_name(SPARE_NAME)
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        child = os.fork()
-        if child == 0:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[0].decode(), int(fields[1]), int(fields[17])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def subtree(root, spared=()):
+    """Live descendants of ``root``, not below ``spared``, from /proc/PID/task/TID/children (proc(5)).
+
+    Reads only the subtree, not all of /proc; falls back to the launcher's scan
+    of /proc where the kernel has no ``children`` files.
+    """
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
             try:
-                sock.close()
-                mine.close()
-                command_main(theirs, warm_module, cgroup)
-            finally:
-                os._exit(1)  # never back into this function's caller
-        theirs.close()
-        spec, fds = receive(sock)
-        sock.close()
-    except BaseException:  # noqa: BLE001
-        os._exit(0)
-    if spec is None:
-        os._exit(0)  # the server went away: the command sees end of file too
-    named = dict(zip(spec["handoff"], fds, strict=True))
-    status_fd, control_fd = named["status"], named["control"]
-    set_name(b"cellbox-super")
-    _launch.become_subreaper(status_fd)
-    wake_r, wake_w = _launch.supervisor_signals()
-    command_fds = [fd for name, fd in named.items() if name not in ("control",)]
-    command_spec = dict(spec, handoff=[name for name in named if name != "control"])
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    children = [int(child) for child in f.read().split()]
+            except FileNotFoundError:
+                if pid == root and tid == tasks[0]:
+                    return _launch.descendants(root)
+                continue
+            except (OSError, ValueError):
+                continue
+            for child in children:
+                state = process_state(child)
+                if state is not None and state[0] != "Z":
+                    found.append(child)
+                if child not in spared:
+                    todo.append(child)
+    return found
+
+
+def cpu_seconds(pid):
+    """User and system CPU seconds of ``pid`` so far (/proc/PID/stat), 0 when it is gone."""
     try:
-        send_json(mine, command_spec, command_fds)
-    except OSError as exc:
-        _launch.emit(status_fd, {"event": "exec_error", "text": f"the fork server's spare is gone ({exc.strerror})"})
-    mine.close()
-    _launch.supervise(spec, status_fd, control_fd, child, wake_r, [fd for fd in command_fds if fd != status_fd])
-    os._exit(0)
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
-# --------------------------------------------------------------------------- the server
+def resident_of(pid):
+    """Resident bytes of ``pid`` (/proc/PID/statm, cheap), 0 when unreadable."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, TypeError):
+        return 0
 
 
-class Spare:
-    """A supervisor and command pair forked ahead of time, and the socket to hand it a run."""
+def memory_of(pid):
+    """``{"rss": bytes, "pss": bytes}`` of ``pid`` (/proc/PID/smaps_rollup), zeros when unreadable."""
+    sizes = {"rss": 0, "pss": 0}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("Rss", "Pss"):
+                    sizes[key.lower()] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError):
+        pass
+    return sizes
 
-    def __init__(self, server_sock, warm_module, cgroup):
+
+class Snapshot:
+    """One kept process image, stopped while nobody needs it."""
+
+    def __init__(self, pid, sock):
+        self.pid = pid
+        self.sock = sock
+
+    def stop(self):
+        try:
+            os.kill(self.pid, signal.SIGSTOP)
+        except OSError:
+            pass
+
+    def kill(self):
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.sock.close()
+
+    def fork(self, request, fds):
+        """Continue this snapshot, have it fork a run, stop it again; the command's pid.  Raises OSError."""
+        try:
+            os.kill(self.pid, signal.SIGCONT)
+            self.sock.settimeout(SNAPSHOT_TIMEOUT)
+            send_json(self.sock, request, fds)
+            data = self.sock.recv(65536)
+        finally:
+            self.stop()
+        reply = json.loads(data) if data else {"error": "the snapshot is gone"}
+        if "pid" not in reply:
+            raise OSError(0, str(reply.get("error")))
+        return int(reply["pid"])
+
+
+class Run:
+    """The one run the keeper supervises: its pipes, its command, its accounts."""
+
+    def __init__(self, request, named, pid, following):
+        self.spec = request
+        self.status_fd = named["status"]
+        self.control_fd = named["control"]
+        self.pid = pid
+        self.following = following  # the keeper's end of the next snapshot's socket, or None
+        self.status = None
+        self.rusage = None
+        self.peak_kib = 0
+        self.killed = set()
+        self.kill_requested = False
+        self.cpu_before = self.children_cpu()
+        # Only a run that becomes a snapshot keeps soft limits alone, and needs its hard CPU limit kept here.
+        cpu = float(request["limits"]["cpu_time"])
+        self.cpu_hard = math.ceil(cpu) + 1 if following is not None else None
+
+    @staticmethod
+    def children_cpu():
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+
+class Keeper:
+    """The session's trusted supervisor: the snapshot chain and the run now going."""
+
+    def __init__(self, sock, config):
+        self.sock = sock
+        self.config = config
+        self.undo_depth = int(config.get("undo_depth", 0))
+        self.base = None
+        self.kept = []  # snapshots, oldest first; the last is the current state
+        self.pending = None  # the newest snapshot, until the kernel settles it
+        self.evicted = False  # an older snapshot was let go beyond the undo depth
+        self.run = None
+        self.wake_r = None
+
+    # ---------------------------------------------------------------- start
+
+    def start_base(self):
+        """Fork ``S0`` and wait for its hello; the hello's facts (Landlock) for the ready message."""
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
-        # Named before the fork, so the pair is never seen under the server's name.
-        set_name(SPARE_NAME)
         pid = os.fork()
         if pid == 0:
             try:
-                server_sock.close()
+                self.sock.close()
                 mine.close()
-                supervisor_main(theirs, warm_module, cgroup)
+                start_base(theirs, self.config)
             finally:
-                os._exit(1)  # never back into the server's loop
-        set_name(SERVER_NAME)
+                os._exit(1)
         theirs.close()
-        self.pid = pid
-        self.sock = mine
+        mine.settimeout(self.config.get("ready_timeout", 120))
+        hello, _fds = receive(mine)
+        if not hello or hello.get("pid") != pid:
+            raise OSError(0, "the base snapshot did not start")
+        self.base = Snapshot(pid, mine)
+        self.base.stop()
+        return hello
 
-    def take(self, message, fds):
-        """Give this spare a run; ``False`` when it is gone."""
+    # ---------------------------------------------------------------- loop
+
+    def serve(self):
+        wake_r, _wake_w = _launch.supervisor_signals()
+        self.wake_r = wake_r
+        while True:
+            watched = [self.sock, wake_r]
+            if self.run is not None:
+                watched.append(self.run.control_fd)
+            # A run whose command keeps its hard limits (a snapshot's) is held to
+            # RLIMIT_CPU's hard limit here: looked at every CPU_CHECK seconds.
+            timeout = CPU_CHECK if self.run is not None and self.run.cpu_hard is not None else None
+            ready, _, _ = select.select(watched, [], [], timeout)
+            if self.run is not None and self.run.cpu_hard is not None:
+                self.enforce_cpu()
+            if wake_r in ready:
+                try:
+                    os.read(wake_r, 4096)
+                except OSError:
+                    pass
+            if self.run is not None and self.run.control_fd in ready:
+                self.on_control()
+            self.reap()
+            if self.run is not None and self.run.status is not None:
+                self.end_run()
+            if self.sock in ready and not self.on_request():
+                return
+
+    def on_request(self):
+        """One request from the kernel; ``False`` when the kernel is gone."""
         try:
-            send_json(self.sock, message, fds)
-            return True
+            request, fds = receive(self.sock)
         except OSError:
             return False
+        if request is None:
+            return False
+        op = request.get("op", "run")
+        if op == "run":
+            reply = self.start_run(request, fds)
+        elif op == "settle":
+            reply = self.settle(bool(request.get("keep")))
+        elif op == "undo":
+            reply = self.undo(int(request.get("n", 1)))
+        elif op == "stat":
+            reply = self.stat()
+        else:
+            reply = {"error": f"unknown request {op!r}"}
+        send_json(self.sock, reply)
+        return True
+
+    # ---------------------------------------------------------------- runs
+
+    def start_run(self, request, fds):
+        """Fork the run from the snapshot it names; reply with the command's pid."""
+        named = dict(zip(request["handoff"], fds, strict=True))
+        if self.run is not None or source_missing(self):
+            for fd in fds:
+                os.close(fd)
+            return {"error": "the session is busy with another run" if self.run else "the base snapshot is gone"}
+        if self.pending is not None:
+            self.settle(False)  # never settled: the kernel moved on without it
+        source = self.kept[-1] if request.get("from") == "current" and self.kept else self.base
+        following = theirs = None
+        if request.get("snapshot"):
+            following, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        names = [name for name in named if name != "control"] + (["snapshot"] if theirs else [])
+        carried = [named[name] for name in names if name != "snapshot"] + ([theirs.fileno()] if theirs else [])
+        self.set_processes(request)
+        try:
+            pid = source.fork(dict(request, handoff=names), carried)
+        except OSError as exc:
+            pid, problem = None, exc.strerror or str(exc)
         finally:
-            self.sock.close()
+            if theirs is not None:
+                theirs.close()
+            # The command has its own copies now; the keeper keeps only status and control.
+            for name in named:
+                if name not in ("status", "control"):
+                    os.close(named[name])
+        if pid is None:
+            for name in ("status", "control"):
+                os.close(named[name])
+            if following is not None:
+                following.close()
+            which = "base" if source is self.base else "current"
+            return {"error": f"the {which} snapshot could not fork the run ({problem})"}
+        self.run = Run(request, named, pid, following)
+        return {"pid": pid}
+
+    def set_processes(self, request):
+        """The run's processes limit on the session's pids cgroup: what is in it now, plus the run's."""
+        cgroup = self.config.get("cgroup")
+        if not cgroup:
+            return
+        try:
+            with open(os.path.join(cgroup, "pids.current")) as f:
+                current = int(f.read())
+            with open(os.path.join(cgroup, "pids.max"), "w") as f:
+                # The limit counts the command itself; the snapshot's middle process
+                # lives a moment beside it.
+                f.write(str(current + 1 + int(request["limits"]["processes"])))
+        except (OSError, ValueError):
+            pass
+
+    def enforce_cpu(self):
+        """SIGKILL each process of the run whose CPU time reached the run's hard limit (soft + 1 s, setrlimit(2))."""
+        run = self.run
+        for pid in subtree(os.getpid(), self.keepers()):
+            if pid not in self.keepers() and cpu_seconds(pid) >= run.cpu_hard:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+    def on_control(self):
+        run = self.run
+        try:
+            data = os.read(run.control_fd, 512)
+        except OSError:
+            data = b""
+        if not data:  # the parent is gone: leave nothing of the run behind
+            run.kill_requested = True
+            self.kill_run()
+            return
+        for word in data.split():
+            if word == b"interrupt":
+                try:
+                    os.killpg(run.pid, signal.SIGINT)
+                except OSError:
+                    pass
+            elif word == b"kill":
+                run.kill_requested = True
+                self.kill_run()
+
+    def reap(self):
+        """Reap every exited child: the command's status and rusage, the others' peak; drop dead snapshots."""
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            run = self.run
+            if run is not None:
+                run.peak_kib = max(run.peak_kib, usage.ru_maxrss)
+                if pid == run.pid:
+                    run.status, run.rusage = status, usage
+            self.forget(pid)
+
+    def forget(self, pid):
+        """A snapshot that died (killed by hand, or by the OOM killer) is no longer the state."""
+        if self.base is not None and self.base.pid == pid:
+            self.base = None
+        self.kept = [snap for snap in self.kept if snap.pid != pid]
+        if self.pending is not None and self.pending.pid == pid:
+            self.pending = None
+
+    def keepers(self):
+        """Pids the end of a run must not kill: the snapshots."""
+        pids = {snap.pid for snap in self.kept}
+        if self.base is not None:
+            pids.add(self.base.pid)
+        if self.pending is not None:
+            pids.add(self.pending.pid)
+        return pids
+
+    def kill_run(self):
+        """SIGKILL every process of the run (every descendant but the snapshots) until none is left.
+
+        Once the command is reaped, every process it left is in this
+        process's subtree (its orphans were re-parented here before it could
+        be reaped), so one scan that finds none of them is the end.
+        """
+        run = self.run
+        while True:
+            spared = self.keepers()
+            pids = [pid for pid in subtree(os.getpid(), spared) if pid not in spared]
+            run.killed.update(pid for pid in pids if pid != run.pid)
+            if run.status is None:
+                try:
+                    os.killpg(run.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            self.reap()
+            if not pids and run.status is not None:
+                return
+            select.select([], [], [], 0.001)
+
+    def end_run(self):
+        """The command has ended: take its snapshot, kill the rest, report."""
+        run = self.run
+        self.take_snapshot(run)
+        self.kill_run()
+        self.report(run)
+        for fd in (run.status_fd, run.control_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.run = None
+
+    def take_snapshot(self, run):
+        """Accept the hello the finished command's snapshot sent, if it names a child of ours; stop it at once.
+
+        fork(2) copied the command's main thread only; a thread that an at-fork
+        handler of the cell's starts in it is stopped with it (SIGSTOP stops
+        the whole process), so nothing runs in a snapshot between cells.
+        """
+        following, run.following = run.following, None
+        if following is None:
+            return
+        following.setblocking(False)
+        try:
+            hello, _fds = receive(following)
+        except (OSError, ValueError):
+            hello = None
+        pid = hello.get("pid") if isinstance(hello, dict) else None
+        state = process_state(pid) if isinstance(pid, int) else None
+        if (
+            self.pending is not None
+            or state is None
+            or state[1] != os.getpid()
+            or pid in self.keepers()
+        ):
+            following.close()
+            return
+        following.setblocking(True)
+        self.pending = Snapshot(pid, following)
+        self.pending.stop()
+
+    def report(self, run):
+        status = run.status
+        record = {
+            "event": "exit",
+            "killed": len(run.killed),
+            "kill_requested": run.kill_requested,
+            "snapshot": self.pending is not None,
+        }
+        if os.WIFSIGNALED(status):
+            record["signal"] = os.WTERMSIG(status)
+        else:
+            record["exit_code"] = os.WEXITSTATUS(status)
+        mine = run.rusage
+        record["command_cpu"] = mine.ru_utime + mine.ru_stime
+        record["cpu"] = max(record["command_cpu"], Run.children_cpu() - run.cpu_before)
+        record["peak_kib"] = max(run.peak_kib, mine.ru_maxrss)
+        _launch.emit(run.status_fd, record)
+
+    # ---------------------------------------------------------------- the chain
+
+    def settle(self, keep):
+        """Keep the newest snapshot as the current state, or drop it; older ones beyond the undo depth go."""
+        pending, self.pending = self.pending, None
+        if pending is not None and keep:
+            self.kept.append(pending)
+            while len(self.kept) > self.undo_depth + 1:
+                self.kept.pop(0).kill()
+                self.evicted = True
+        elif pending is not None:
+            pending.kill()
+        self.reap()
+        current = self.kept[-1].pid if self.kept else None
+        return {"kept": bool(pending and keep), "depth": len(self.kept), "rss": resident_of(current)}
+
+    def undo(self, count):
+        """Drop the newest ``count`` kept snapshots (at most all but the base)."""
+        undone = 0
+        # The base is the state before every cell: a way back only while no snapshot was let go.
+        floor = 1 if self.evicted else 0
+        while undone < count and len(self.kept) > floor:
+            self.kept.pop().kill()
+            undone += 1
+        self.reap()
+        return {"undone": undone, "depth": len(self.kept)}
+
+    def stat(self):
+        size, resident = vm_size()
+        snaps = [self.base] if self.base is not None else []
+        snaps += self.kept
+        return {
+            "vm_size": size,
+            "rss": resident,
+            "snapshots": [{"pid": snap.pid, **memory_of(snap.pid)} for snap in snaps],
+            "keeper": memory_of(os.getpid()),
+        }
+
+
+def own_pids_cgroup():
+    """This process's pids cgroup directory when its ``pids.max`` is writable here (cgroups(7)), else ``None``.
+
+    cgroup v1's ``pids`` hierarchy first (``N:pids:/path``), else the v2 one (``0::/path``).
+    """
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = [line.strip().split(":", 2) for line in f if line.count(":") >= 2]
+    except OSError:
+        return None
+    places = [
+        os.path.join("/sys/fs/cgroup/pids", path.lstrip("/")) for _n, kinds, path in lines if "pids" in kinds.split(",")
+    ]
+    places += [os.path.join("/sys/fs/cgroup", path.lstrip("/")) for n, kinds, path in lines if n == "0" and not kinds]
+    for directory in places:
+        if os.access(os.path.join(directory, "pids.max"), os.W_OK):
+            return directory
+    return None
+
+
+def source_missing(keeper):
+    """``True`` when the keeper has no snapshot left to fork from."""
+    return keeper.base is None and not keeper.kept
 
 
 def vm_size():
@@ -474,49 +998,33 @@ def vm_size():
     return int(size) * page, int(resident) * page
 
 
-def serve(sock, config):
-    """The server's loop: one hand-off per message, a new spare after each."""
-    warm_module = config.get("warm")
-    spare = Spare(sock, warm_module, config.get("cgroup")) if config.get("spare", True) else None
-    while True:
-        request, fds = receive(sock)
-        if request is None:
-            return
-        if request.get("op") == "stat":
-            size, resident = vm_size()
-            send_json(sock, {"vm_size": size, "rss": resident})
-            continue
-        try:
-            taken = spare is not None and spare.take(request, fds)
-            if not taken:
-                spare = Spare(sock, warm_module, request.get("cgroup"))
-                taken = spare.take(request, fds)
-            reply = {"pid": spare.pid} if taken else {"error": "the spare process could not be started"}
-        except OSError as exc:
-            reply = {"error": f"fork failed ({exc.strerror})"}
-        finally:
-            for fd in fds:
-                os.close(fd)
-        send_json(sock, reply)
-        spare = Spare(sock, warm_module, request.get("next_cgroup")) if config.get("spare", True) else None
-
-
 def main():
     config = json.loads(sys.argv[1])
-    set_name(SERVER_NAME)
+    set_name(KEEPER_NAME)
     sock = socket.socket(fileno=int(config.get("fd", 3)))
     global PREFETCHED
-    loaded, failed, probed = preload(config.get("preload", []))
+    started = time.monotonic()
+    loaded, failed = preload(config.get("preload", []))
     PREFETCHED = prefetch(config.get("warm"))
-    # Finished supervisors and spares are reaped by the kernel (sigaction(2), SA_NOCLDWAIT).
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    _launch.become_subreaper(2)
     gc.collect()
     gc.freeze()
+    config.setdefault("cgroup", own_pids_cgroup())
+    keeper = Keeper(sock, config)
+    hello = keeper.start_base()
+    # From here on nothing of this process is open to its own user's programs.
+    dumpable = set_dumpable(False)
     size, resident = vm_size()
+    size = max(size, int(hello.get("vm_size", 0)))  # what a pristine run starts with: the base's
     ready = {"event": "ready", "pid": os.getpid(), "vm_size": size, "rss": resident, "loaded": loaded}
-    send_json(sock, dict(ready, failed=failed, probed=len(probed)))
-    serve(sock, config)
+    ready.update(failed=failed, landlock=hello.get("landlock"), dumpable=not dumpable, cgroup=bool(config["cgroup"]))
+    ready["seconds"] = round(time.monotonic() - started, 3)
+    send_json(sock, ready)
+    keeper.serve()
 
 
 if __name__ == "__main__":
-    main()
+    # Run from the imported module, whose globals (SNAPSHOT) the cell runner reads.
+    from cellbox._forkserver_child import main as _main
+
+    _main()

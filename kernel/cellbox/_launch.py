@@ -103,9 +103,15 @@ def apply_limits(spec, status_fd):
         wanted.append((resource.RLIMIT_AS, limits["memory"], limits["memory"]))
     for which, soft, hard in wanted:
         old_soft, old_hard = resource.getrlimit(which)
+        if spec.get("soft_limits"):
+            # A run forked from a session's snapshot: its process image becomes the
+            # next snapshot, and a hard limit lowered now could never be raised for
+            # a later cell that is given more (setrlimit(2)).
+            hard = old_hard
         if old_hard != resource.RLIM_INFINITY and hard > old_hard:
             # Never raise a limit the parent was already given.
             hard = old_hard
+        if hard != resource.RLIM_INFINITY:
             soft = min(soft, hard)
         resource.setrlimit(which, (soft, hard))
     if spec.get("nproc_extra") is not None:
@@ -117,7 +123,10 @@ def apply_limits(spec, status_fd):
             # ("nproc_base"): /proc here shows only the run's own.
             base = spec["nproc_base"] if spec.get("nproc_base") is not None else count_user_tasks(uid)
             n = base + spec["nproc_extra"]
-            resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+            _soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+            if hard != resource.RLIM_INFINITY:
+                n = min(n, hard)
+            resource.setrlimit(resource.RLIMIT_NPROC, (n, hard if spec.get("soft_limits") else n))
 
 
 def apply_priority(spec, status_fd, exact=False):

@@ -1,27 +1,33 @@
-"""Child side of the kernel: run one notebook cell with IPython, inside the sandbox.
+"""Child side of the kernel: run one notebook cell with IPython, inside the session's sandbox.
 
 The kernel starts ``python -m cellbox.cellrunner SPEC.json`` through
-:func:`cellbox.sandbox.start` with ``channel=True`` for every cell.  This
-process then:
+:func:`cellbox.sandbox.start` with ``channel=True`` for every cell, forked from
+the session's latest snapshot (:mod:`cellbox.forkserver`).  The snapshot is
+the process image of the last cell that finished, so the cell finds every
+name, module, open file and setting the earlier cells left, and IPython's
+shell itself, as in a long-lived kernel.  This process then:
 
-1. loads the session's carried state (a cloudpickle file the previous cells'
-   children wrote; only children ever unpickle it, design rule 6);
+1. gives the session's shell this cell's channel, stdin and limits (or builds
+   a shell, in the session's base snapshot or in a spawned cell);
 2. runs the cell with IPython's own :class:`InteractiveShell`, so magics,
    ``!cmd``, ``?``, ``_`` and ``%matplotlib inline`` behave as under ipykernel;
 3. sends rich output, errors, pager payloads and input requests to the kernel
    as JSON lines on fd 3 (and reads input replies on fd 4); plain ``print``
    output goes to stdout/stderr, which the sandbox streams to the kernel;
-4. when the cell succeeded, saves the names it can pickle to a new state file
-   and tells the kernel, which moves it into place.
+4. returns to the session's code, which forks the next snapshot from this
+   process (its main thread only) when the cell finished, raised or not.
+
+Nothing is pickled: no state crosses a process boundary as data, and the
+kernel process never sees any of it.
 
 Exit status: 0 when the cell ran without an uncaught exception, 1 otherwise.
 
 Messages on fd 3 (one JSON object per line, ``"type"`` first):
 ``display_data``, ``update_display_data``, ``clear_output``,
 ``execute_result``, ``error``, ``failed`` (the reply's ename and evalue),
-``input_request``, ``payload``, ``user_expressions``, ``state``, ``memory_error``,
+``input_request``, ``payload``, ``user_expressions``, ``memory_error``,
 ``transformed`` (the cell as IPython transformed it, which the kernel passes
-back in later specs so their children need not transform all of history).
+back in later specs so a new shell need not transform all of history).
 """
 
 from __future__ import annotations
@@ -36,32 +42,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-# Names IPython puts in every namespace; they are rebuilt, never carried.
-_SHELL_NAMES = frozenset(
-    {
-        "__builtins__",
-        "__builtin__",
-        "__name__",
-        "__doc__",
-        "__package__",
-        "__loader__",
-        "__spec__",
-        "In",
-        "Out",
-        "_ih",
-        "_oh",
-        "_dh",
-        "get_ipython",
-        "exit",
-        "quit",
-        "_i",
-        "_ii",
-        "_iii",
-        "_sh",
-    }
-)
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
-STATE_VERSION = 1
 
 
 class Channel:
@@ -152,97 +133,18 @@ def _block_widgets() -> None:
     comm.create_comm = create_comm
 
 
-# --------------------------------------------------------------------------- state
+# --------------------------------------------------------------------------- history
 
 
-def _code_with_filename(constructor: Any, args: tuple[Any, ...], filename: str) -> Any:
-    return constructor(*args).replace(co_filename=filename)
-
-
-def _reduce_code(code: Any) -> tuple[Any, tuple[Any, ...]]:
-    """Pickle a code object with its file name, which cloudpickle replaces by ``<dynamic-code>``.
-
-    The name (IPython's name for the cell that defined it) lets tracebacks and
-    ``??`` show the source of a function defined in an earlier cell.
-    """
-    import cloudpickle.cloudpickle as internals
-
-    constructor, args = internals._code_reduce(code)
-    return _code_with_filename, (constructor, args, code.co_filename)
-
-
-def _dumps(value: Any) -> bytes:
-    """cloudpickle, keeping code objects' file names."""
-    import collections
-    import io
-    import types
-
-    import cloudpickle
-
-    class Pickler(cloudpickle.Pickler):
-        dispatch_table = collections.ChainMap({types.CodeType: _reduce_code}, cloudpickle.Pickler.dispatch_table)
-
-    buffer = io.BytesIO()
-    Pickler(buffer).dump(value)
-    return buffer.getvalue()
-
-
-def _load_state(path: str | None) -> dict[str, Any]:
-    """Read the carried state; a missing file is an empty state."""
-    if not path or not os.path.exists(path):
-        return {}
-    import cloudpickle
-
-    try:
-        with open(path, "rb") as f:
-            state = cloudpickle.load(f)
-    except Exception as exc:  # noqa: BLE001 - a module the state names is gone, say
-        print(
-            f"cellbox: the names from earlier cells could not be loaded ({type(exc).__name__}: {exc}); "
-            "this cell starts without them",
-            file=sys.stderr,
-        )
-        return {}
-    return state if isinstance(state, dict) and state.get("version") == STATE_VERSION else {}
-
-
-def _namespace_from(state: dict[str, Any]) -> dict[str, Any]:
-    """The user namespace to run in: the globals dict the carried functions share, refilled.
-
-    cloudpickle gives every function it pickled from one namespace one shared
-    new globals dict; using that dict as the namespace keeps ``def f(): return x``
-    seeing later changes of ``x``, as in a long-lived kernel.
-    """
-    names: dict[str, Any] = state.get("names", {})
-    shared = None
-    for value in names.values():
-        candidates = [value] + (list(vars(value).values()) if isinstance(value, type) else [])
-        for item in candidates:
-            item = getattr(item, "__func__", item)
-            if getattr(item, "__module__", None) == "__main__" and isinstance(getattr(item, "__globals__", None), dict):
-                shared = item.__globals__
-                break
-        if shared is not None:
-            break
-    namespace = shared if shared is not None else {}
-    namespace.update(names)
-    return namespace
-
-
-def _restore(shell: Any, state: dict[str, Any], history: list[str], transformed: list[Any]) -> None:
-    """Put In/Out, the environment, the working directory and extensions back.
+def _sync_history(shell: Any, history: list[str], transformed: list[Any]) -> None:
+    """Make the shell's ``In`` the kernel's, when they differ (a new shell, or a state undone with ``%undo``).
 
     ``transformed[n]`` is input ``n`` as IPython transformed it when it ran
     (``None`` when its child did not say); the rest are transformed here.
     """
-    # IPython resets _, __ and ___ when it builds the namespace: set them again,
-    # in the display hook too, which stops updating them when they differ from its own.
-    names = state.get("names", {})
-    shell.user_ns.update(names)
-    for under in ("_", "__", "___"):
-        if under in names:
-            setattr(shell.displayhook, under, names[under])
     hm = shell.history_manager
+    if [source.rstrip("\n") for source in history] == hm.input_hist_raw:
+        return
     parsed = [""]
     for number, source in enumerate(history[1:], 1):
         known = transformed[number] if number < len(transformed) else None
@@ -256,22 +158,6 @@ def _restore(shell: Any, state: dict[str, Any], history: list[str], transformed:
     earlier = parsed + ["", "", ""]
     hm._i00, hm._i, hm._ii = earlier[len(parsed) - 1], earlier[len(parsed) - 2], earlier[len(parsed) - 3]
     shell.user_ns.update({f"_i{n}": source for n, source in enumerate(parsed) if n})
-    out = state.get("out", {})
-    hm.output_hist.update(out)
-    shell.user_ns.update({f"_{n}": value for n, value in out.items()})
-    for key, value in state.get("environ", {}).items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    cwd = state.get("cwd")
-    if cwd and os.path.isdir(cwd):
-        os.chdir(cwd)
-    for name in state.get("extensions", []):
-        try:
-            shell.extension_manager.load_extension(name)
-        except Exception as exc:  # noqa: BLE001 - one line, not a traceback, for an extension that went away
-            print(f"cellbox: could not load extension {name} again: {exc}", file=sys.stderr)
 
 
 def _transformed(shell: Any, source: str) -> str:
@@ -279,57 +165,6 @@ def _transformed(shell: Any, source: str) -> str:
         return str(shell.transform_cell(source))
     except Exception:  # noqa: BLE001 - a cell IPython could not transform ran as it was
         return source
-
-
-def _carried_names(shell: Any) -> dict[str, Any]:
-    hidden = shell.user_ns_hidden
-    keep_hidden = {"_", "__", "___"}
-    names = {}
-    for name, value in shell.user_ns.items():
-        if name in _SHELL_NAMES or (name in hidden and name not in keep_hidden and hidden[name] is value):
-            continue
-        if name.startswith("_i") and name[2:].isdigit():
-            continue  # rebuilt from In
-        names[name] = value
-    return names
-
-
-def _picklable(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    """Split ``values`` into what cloudpickle can carry and ``{name: reason}`` for the rest."""
-
-    try:
-        _dumps(values)
-        return values, {}
-    except Exception:  # noqa: BLE001 - find out which names are the problem
-        pass
-    good, dropped = {}, {}
-    for name, value in values.items():
-        try:
-            _dumps(value)
-            good[name] = value
-        except Exception as exc:  # noqa: BLE001
-            dropped[name] = f"{type(value).__name__}: {type(exc).__name__}"
-    return good, dropped
-
-
-def _save_state(shell: Any, path: str, launch_environ: dict[str, str], extensions: list[str]) -> dict[str, str]:
-    """Pickle what can be carried to ``path``; return ``{name: reason}`` of user names left out."""
-
-    names, dropped = _picklable(_carried_names(shell))
-    out, _ = _picklable(dict(shell.history_manager.output_hist))
-    environ: dict[str, str | None] = {k: v for k, v in os.environ.items() if launch_environ.get(k) != v}
-    environ.update({k: None for k in launch_environ if k not in os.environ})
-    state = {
-        "version": STATE_VERSION,
-        "names": names,
-        "out": out,
-        "environ": environ,
-        "cwd": os.getcwd(),
-        "extensions": extensions,
-    }
-    with open(path, "wb") as f:
-        f.write(_dumps(state))
-    return {name: reason for name, reason in dropped.items() if not name.startswith("_")}
 
 
 # --------------------------------------------------------------------------- main
@@ -353,96 +188,83 @@ class _NoChannel:
         pass
 
 
-# A shell built ahead of its cell (warm_start), with who built it; taken by the cell once.
-_warm: tuple[Any, tuple[int, str | None, str | None]] | None = None
+# The session's shell: built once (in the base snapshot, by warm_start, or by
+# the first cell), then inherited by every cell forked from a snapshot.
+_shell: Any = None
 
 
-def _builder() -> tuple[int, str | None, str | None]:
-    """What a shell takes from its process when it is built: the user, and where IPython keeps its files."""
-    return os.getuid(), os.environ.get("HOME"), os.environ.get("IPYTHONDIR")
-
-
-def _new_shell(channel: Any, namespace: dict[str, Any]) -> Any:
-    """IPython's shell for one cell: inline plots and the pager set up, nothing of the cell's own yet."""
+def _new_shell(channel: Any) -> Any:
+    """IPython's shell for the session: inline plots and the pager set up, nothing of a cell's own yet."""
     from .cellshell import make_shell
 
-    shell = make_shell(channel, namespace)
+    shell = make_shell(channel, {})
     if "matplotlib" in sys.modules and os.environ["MPLBACKEND"] == INLINE_BACKEND:
-        # matplotlib was imported before this process chose its backend (a warm
-        # start): switch to inline the way %matplotlib inline does.
+        # matplotlib was imported before this process chose its backend: switch
+        # to inline the way %matplotlib inline does.
         shell.enable_matplotlib("inline")
     _install_pager(shell)
+    _block_widgets()
     return shell
 
 
 def warm_start() -> None:
-    """Build the next cell's shell before the cell is known; called in a fork server's spare.
+    """Build the session's shell before any cell is known; called once, in the session's base snapshot.
 
-    A fork server's spare (:mod:`cellbox._forkserver_child`) calls this while
-    it waits for its run: building IPython's shell and running a first, empty
-    cell through it costs about 15 ms, paid here while nobody waits.  The
-    shell is new, built in this process for its one cell; when the cell comes,
-    :func:`run` gives it the cell's channel, namespace, history and working
-    directory.  A run under another user or home than the spare's builds a
-    new shell instead.
+    Building IPython's shell and running a first, empty cell through it costs
+    tens of milliseconds, paid here while the kernel starts.  Every cell of the
+    session then runs in this shell's copies (see :mod:`cellbox._forkserver_child`).
     """
-    global _warm
+    global _shell
     from .cellshell import CellShell
 
     _prepare_process({})
     try:
-        shell = _new_shell(_NoChannel(), {})
+        shell = _new_shell(_NoChannel())
         shell.run_cell("pass", store_history=False, silent=True)
     except BaseException:
-        CellShell.clear_instance()  # the cell builds its own, not this half-made singleton
+        CellShell.clear_instance()  # the first cell builds its own, not this half-made singleton
         raise
-    _warm = shell, _builder()
+    # Its first cell's directory history starts where the cells run.
+    shell.history_manager.dir_hist[:] = []
+    _shell = shell
 
 
-def _take_warm_shell(channel: Channel, namespace: dict[str, Any]) -> Any:
-    """The shell :func:`warm_start` built, now the cell's (``None`` when there is none to take)."""
-    global _warm
-    if _warm is None:
-        return None
-    shell, builder = _warm
-    _warm = None
-    if builder != _builder():
-        type(shell).clear_instance()  # make_shell builds a new one, not this singleton
-        return None
-    shell.channel = channel
-    # The cell's namespace in place of the empty one, as IPython's embedding
-    # swaps namespaces (IPython/terminal/embed.py), with the hidden names put back.
-    shell.user_module, shell.user_ns = shell.prepare_user_module(None, namespace)
-    shell.ns_table.update(user_global=shell.user_module.__dict__, user_local=shell.user_ns)
-    shell.init_sys_modules()
-    shell.init_user_ns()
-    hook = shell.displayhook  # its __init__ put these in the first namespace
-    shell.user_ns.update({"_": hook._, "__": hook.__, "___": hook.___})
-    shell.Completer.namespace = shell.user_ns
-    shell.Completer.global_namespace = shell.user_module.__dict__
-    # The directory history starts in the cell's working directory, not the spare's.
-    shell.history_manager.dir_hist[:] = [Path.cwd()]
-    shell.starting_dir = os.getcwd()
-    return shell
+def _forget_dead_threads(shell: Any) -> None:
+    """Let go of IPython's helpers whose thread stayed behind in an earlier cell's process.
+
+    A snapshot is a fork(2) of its cell's main thread only.  ``%%bash`` and the
+    other script magics run their subprocesses on an event loop in a thread
+    of their own, made once: in a later cell that thread is gone, so the loop
+    is dropped and the magic makes a new one.
+    """
+    script = shell.magics_manager.registry.get("ScriptMagics")
+    if script is None or getattr(script, "event_loop", None) is None:
+        return
+    finalizer = getattr(script, "_event_loop_finalizer", None)
+    if finalizer is not None:
+        finalizer.detach()  # its thread cannot be joined here
+    script._event_loop_finalizer = None
+    script.event_loop = None
 
 
-def _start_shell(channel: Channel, spec: dict[str, Any]) -> tuple[Any, dict[str, str]]:
-    """The cell's shell with the carried state in place, and the environment to diff ``%env`` against."""
+def _session_shell(channel: Channel, spec: dict[str, Any]) -> Any:
+    """The session's shell, now this cell's: its channel, stdin, limits and history."""
     from . import magics
 
-    state = _load_state(spec.get("state_in")) if spec.get("carry_state", True) else {}
-    namespace = _namespace_from(state)
-    shell = _take_warm_shell(channel, namespace)
-    if shell is None:
-        shell = _new_shell(channel, namespace)
+    global _shell
+    if _shell is None:
+        _shell = _new_shell(channel)
+    shell = _shell
+    _forget_dead_threads(shell)
+    shell.channel = channel
+    if not shell.history_manager.dir_hist:
+        shell.history_manager.dir_hist.append(Path.cwd())
+        shell.starting_dir = os.getcwd()
     magics.register(shell, spec.get("limits", {}))
     _install_stdin(channel, bool(spec.get("allow_stdin")))
-    _block_widgets()
-    # %env changes are carried as a difference from this process's start.
-    launch_environ = dict(os.environ)
-    _restore(shell, state, list(spec.get("history", [""])), list(spec.get("transformed", [])))
+    _sync_history(shell, list(spec.get("history", [""])), list(spec.get("transformed", [])))
     shell.execution_count = int(spec.get("execution_count", 1))
-    return shell, launch_environ
+    return shell
 
 
 def run(spec: dict[str, Any]) -> int:
@@ -451,7 +273,7 @@ def run(spec: dict[str, Any]) -> int:
 
     channel = Channel(os.environ.get("CELLBOX_CHANNEL"))
     _prepare_process(spec)
-    shell, launch_environ = _start_shell(channel, spec)
+    shell = _session_shell(channel, spec)
     store, silent = bool(spec.get("store_history", True)), bool(spec.get("silent"))
     if store:
         # Before the cell runs: a cell may change the transformers (or send its own message;
@@ -459,6 +281,7 @@ def run(spec: dict[str, Any]) -> int:
         channel.send({"type": "transformed", "source": _transformed(shell, spec["code"])})
     result = shell.run_cell(spec["code"], store_history=store, silent=silent)
     payload = shell.payload_manager.read_payload()
+    shell.payload_manager.clear_payload()  # the shell lives on: as ipykernel, each reply has its cell's own
     if payload:
         channel.send({"type": "payload", "payload": json_ready(payload)})
     error = result.error_before_exec or result.error_in_exec
@@ -471,15 +294,11 @@ def run(spec: dict[str, Any]) -> int:
     if spec.get("user_expressions"):
         values = shell.user_expressions(spec["user_expressions"])
         channel.send({"type": "user_expressions", "value": json_ready(values)})
-    if spec.get("carry_state", True) and spec.get("state_out"):
-        extensions = sorted(shell.extension_manager.loaded)
-        dropped = _save_state(shell, spec["state_out"], launch_environ, extensions)
-        channel.send({"type": "state", "file": spec["state_out"], "dropped": dropped})
     return 0
 
 
-def _end_process(status: int) -> None:
-    """Leave now, without waiting for threads the cell started: they end with their cell."""
+def _warn_threads() -> None:
+    """Say once that threads the cell left running end with it (a snapshot keeps the main thread only)."""
     import threading
 
     running = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
@@ -491,20 +310,32 @@ def _end_process(status: int) -> None:
             stream.flush()
         except (OSError, ValueError):
             pass
-    os._exit(status)
+
+
+def _in_session() -> bool:
+    """``True`` in a run the session forked to leave a snapshot: its code takes over when the cell returns."""
+    child = sys.modules.get("cellbox._forkserver_child")
+    return bool(getattr(child, "SNAPSHOT", False))
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``python -m cellbox.cellrunner SPEC.json``; ends the process with the cell's status."""
+    """Entry point: ``python -m cellbox.cellrunner SPEC.json``; returns or ends the process with the cell's status.
+
+    In a session's run it returns the status, and the session forks the next
+    snapshot; spawned, it leaves at once without waiting for the cell's threads.
+    """
     args = sys.argv[1:] if argv is None else argv
     with open(args[0], encoding="utf-8") as f:
         spec = json.load(f)
-    _end_process(run(spec))
-    return 0  # not reached
+    status = run(spec)
+    _warn_threads()
+    if _in_session():
+        return status
+    os._exit(status)
 
 
 if __name__ == "__main__":
-    # Run from the imported module, so what it pickles names cellbox.cellrunner, not __main__.
+    # Run from the imported module, whose globals (the session's shell) the snapshots keep.
     from cellbox.cellrunner import main as _main
 
     sys.exit(_main())

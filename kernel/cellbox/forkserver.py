@@ -1,34 +1,42 @@
-"""Warm start: a fork server that forks each run from an interpreter that has already imported its modules.
+"""The session: a keeper and a chain of snapshots, inside one sandbox, that every run is forked from.
 
 A fresh interpreter per run costs tens of milliseconds, and far more when the
-run imports IPython, numpy or matplotlib.  A :class:`ForkServer` keeps one
-warm, single-threaded, low-priority process per kernel session (or grading
-worker) that has imported the cell runner and a preload list; each run is a
-child forked from it (see :mod:`cellbox._forkserver_child` for the child
-side).  It sits behind the sandbox core's API::
+run imports IPython or numpy; carrying a kernel's state by pickles loses what
+cannot be pickled and costs more the bigger the state.  A :class:`ForkServer`
+keeps one **session** per kernel (see :mod:`cellbox._forkserver_child` for the
+child side): a trusted keeper that has imported the cell runner and a preload
+list, a base snapshot forked from it with IPython's shell built, and, with
+``carry=True``, a chain of snapshots, each the process image of a cell that
+finished, which the next cell is forked from.  It sits behind the sandbox
+core's API::
 
-    server = ForkServer(task=task)
-    outcome = run([sys.executable, "-m", "cellbox.cellrunner", spec], forkserver=server, task=task)
+    server = ForkServer(task=task, isolation=Isolation.auto(), cwd=notebook_dir, carry=True)
+    run = start([sys.executable, "-m", "cellbox.cellrunner", spec], forkserver=server, task=task)
+    outcome = run.wait()
+    server.settle(keep=outcome.status is Status.OK)
 
-and every run still starts pristine, under the same limits, with the same
-scrubbed environment, supervised and killed by the launcher's own code.
+Every run still starts as a fresh process, under its own limits, with the
+scrubbed environment, supervised and killed by the keeper, which no run can
+signal, trace or read (the keeper is not dumpable, and sits outside the
+Landlock domain that the snapshots and runs share).  The session's isolation
+(namespaces, user, Landlock) is set up once, when the session starts, and
+every run of it is inside.
 
-A run goes to the fork server only when it can be run there exactly as a spawn
-would run it; otherwise (see :meth:`ForkServer.refusal`) it is spawned, and
-when the fork server fails it is spawned with a note:
+A run goes to the session only when it can be run there as a spawn would run
+it; otherwise (see :meth:`ForkServer.refusal`) it is spawned, and when the
+session fails it is spawned with a note:
 
 * the command must be ``[sys.executable, "-m", MODULE, ...]``;
-* no bubblewrap isolation layer (``net``, ``pid``, ``fs``, ``user``): those
-  wrap the launcher in namespaces per run; Landlock alone is applied per run;
-* a memory limit at least :data:`MEMORY_HEADROOM` above the server's address
-  space, which every forked child starts with;
-* the server is ready (a run that comes while it still imports is spawned);
-* the server's environment is unchanged: a package installed or removed since
-  it started (a changed site directory) restarts it first.
+* the run's isolation layers are the session's;
+* the session is ready and not busy with another run;
+* the session's environment is unchanged: a package installed or removed since
+  it started (a changed site directory) starts a new session first, which for
+  a kernel means its state is lost (it says so).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import resource
@@ -38,50 +46,47 @@ import sys
 import threading
 from collections.abc import Sequence
 from importlib.util import find_spec
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .environment import TaskDirectory
-from .isolation import BWRAP_LAYERS
+from .environment import TaskDirectory, build_environment
+from .isolation import BWRAP_LAYERS, Isolation, landlock_rules, make_plan, probe
 from .limits import Limits
 from .outcome import Outcome
-
-if TYPE_CHECKING:
-    from .sandbox import _PidsCgroup
 
 __all__ = ["ForkServer", "ForkServerError", "DEFAULT_PRELOAD", "default_preload", "START_METHODS"]
 
 START_METHODS = ("spawn", "forkserver")
-# What the lessons use, imported by the server when installed.
+# What every cell needs, imported by the keeper when installed.  numpy is cheap
+# and most lessons use it; matplotlib (a third of a second) is imported by the
+# cell that uses it, once: the snapshot keeps it for the next cells.
 DEFAULT_PRELOAD = (
     "cellbox.cellrunner",
     "cellbox.cellshell",
     "cellbox.magics",
-    "cloudpickle",
     "IPython",
     "numpy",
-    "matplotlib",
-    "matplotlib_inline.backend_inline",
 )
-# Bytes of address space a forked run needs beyond the server's own before
+# Bytes of address space a pristine forked run needs beyond the base's own before
 # its memory limit is worth forking under (RLIMIT_AS counts what it inherited).
 MEMORY_HEADROOM = 128 * 1024**2
 # Seconds a hand-off may take before the run is spawned instead.
 HANDOFF_TIMEOUT = 5.0
-# Seconds the server may take to import its preload list.
+# Seconds the session may take to import its preload list and build its shell.
 READY_TIMEOUT = 120.0
+# The layers a session is set up with once; a run's Landlock layer is the session's.
+SESSION_LAYERS = (*BWRAP_LAYERS, "landlock")
 
 
 class ForkServerError(RuntimeError):
-    """The fork server could not take a run (it died, timed out or refused); the run is spawned instead."""
+    """The session could not take a run (it died, timed out, was busy or refused); the run is spawned instead."""
 
 
 def default_preload() -> list[str]:
     """:data:`DEFAULT_PRELOAD` without the modules whose top-level package is not installed.
 
     Only top-level packages are looked up: ``find_spec`` of a dotted name
-    imports its parents (``matplotlib_inline.backend_inline`` imports
-    matplotlib, a third of a second at every kernel start).  The server reports
-    a listed module that then fails to import (:attr:`ForkServer.failed`).
+    imports its parents.  The keeper reports a listed module that then fails to
+    import (:attr:`ForkServer.failed`).
     """
     found = []
     for name in DEFAULT_PRELOAD:
@@ -106,41 +111,54 @@ def _site_fingerprint() -> tuple[tuple[str, float], ...]:
     return tuple(found)
 
 
-class _Server:
-    """One started server process: its sandbox run, its socket, its state."""
+@dataclasses.dataclass(frozen=True)
+class _Setup:
+    """What a session is started with: its preload, its sandbox, its chain."""
 
-    def __init__(self, preload: Sequence[str], task: TaskDirectory, spare: bool, warm: str | None) -> None:
+    preload: tuple[str, ...]
+    warm: str | None
+    task: TaskDirectory
+    isolation: Isolation
+    cwd: str
+    undo_depth: int
+
+
+class _Server:
+    """One started session: its keeper's sandbox run, its socket, its state."""
+
+    def __init__(self, setup: _Setup) -> None:
         from .sandbox import start  # the core imports this module's type only
 
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.ready = threading.Event()
         self.hello: dict[str, Any] = {}
         self.outcome: Outcome | None = None
-        self.in_flight = 0
         self.retired = False
+        self.busy = False
         self.fingerprint = _site_fingerprint()
-        # The pids cgroup the server's spare command joins ahead of its run.
-        self.spare_cgroup = _new_cgroup() if spare else None
-        config = {"preload": list(preload), "fd": 3, "spare": spare, "warm": warm}
-        config["cgroup"] = str(self.spare_cgroup.path) if self.spare_cgroup else None
+        self.layers, config = _session_config(setup)
+        keeper_isolation = dataclasses.replace(
+            setup.isolation, layers=tuple(layer for layer in setup.isolation.layers if layer != "landlock")
+        )
         try:
             self.run = start(
                 [sys.executable, "-m", "cellbox._forkserver_child", json.dumps(config)],
                 limits=_server_limits(),
-                task=task,
+                task=setup.task,
+                cwd=setup.cwd,
                 pass_fds={theirs.fileno(): 3},
+                isolation=keeper_isolation,
             )
         except BaseException:
             self.sock.close()
-            self._drop_cgroup()
             raise
         finally:
             theirs.close()
-        self.thread = threading.Thread(target=self._watch, name="cellbox-forkserver", daemon=True)
+        self.thread = threading.Thread(target=self._watch, name="cellbox-session", daemon=True)
         self.thread.start()
 
     def _watch(self) -> None:
-        """Wait for the server's ``ready``, then for its end."""
+        """Wait for the keeper's ``ready``, then for its end."""
         self.sock.settimeout(READY_TIMEOUT)
         try:
             data = self.sock.recv(1024 * 1024)
@@ -157,48 +175,23 @@ class _Server:
     def alive(self) -> bool:
         return self.outcome is None
 
-    def hand_off(self, request: dict[str, Any], fds: Sequence[int], timeout: float) -> tuple[int, _PidsCgroup | None]:
-        """Send one run; return its supervisor's pid and the cgroup its command is in.  Raises ForkServerError.
-
-        With a spare cgroup, the run gets it (its ``pids.max`` set to the run's
-        limit before the spare is told to run), and the next spare a new one.
-        """
-        cgroup, following = self.spare_cgroup, None
-        if cgroup is not None:
-            try:
-                (cgroup.path / "pids.max").write_text(str(request["limits"]["processes"]))
-                following = _new_cgroup()
-            except OSError as exc:
-                raise ForkServerError(f"the spare's pids cgroup is gone ({exc.strerror})") from None
-            request = dict(request, cgroup=str(cgroup.path), next_cgroup=str(following.path) if following else None)
+    def ask(self, request: dict[str, Any], fds: Sequence[int], timeout: float) -> dict[str, Any]:
+        """One request and its reply.  Raises ForkServerError."""
         self.sock.settimeout(timeout)
         try:
             socket.send_fds(self.sock, [json.dumps(request).encode()], list(fds))
             data = self.sock.recv(65536)
         except OSError as exc:
-            if following is not None:
-                following.remove()
-            raise ForkServerError(f"the hand-off failed ({exc.strerror or type(exc).__name__})") from None
-        reply = json.loads(data) if data else {"error": "the server closed its socket"}
-        if "pid" not in reply:
-            if following is not None:
-                following.remove()
-            raise ForkServerError(str(reply.get("error")))
-        self.spare_cgroup = following
-        return int(reply["pid"]), cgroup
-
-    def _drop_cgroup(self) -> None:
-        cgroup, self.spare_cgroup = self.spare_cgroup, None
-        if cgroup is not None:
-            cgroup.remove()  # kills a spare still in it
-
-    def stat(self, timeout: float) -> dict[str, Any]:
-        self.sock.settimeout(timeout)
-        socket.send_fds(self.sock, [json.dumps({"op": "stat"}).encode()], [])
-        return dict(json.loads(self.sock.recv(65536)))
+            raise ForkServerError(f"the session did not answer ({exc.strerror or type(exc).__name__})") from None
+        if not data:
+            raise ForkServerError("the session closed its socket")
+        reply = dict(json.loads(data))
+        if "error" in reply:
+            raise ForkServerError(str(reply["error"]))
+        return reply
 
     def close(self) -> None:
-        """End the server: its launcher kills it and every spare it forked."""
+        """End the session: its launcher kills the keeper, every snapshot and every run."""
         self.retired = True
         self.ready.clear()
         try:
@@ -206,24 +199,25 @@ class _Server:
         except OSError:
             pass
         self.run.kill()
-        self._drop_cgroup()
 
 
-def _new_cgroup() -> _PidsCgroup | None:
-    """A new pids cgroup for a spare to join ahead of its run, or ``None`` where the core has none (not root)."""
-    from .sandbox import _PidsCgroup, pids_cgroup_root
-
-    root = pids_cgroup_root()
-    if root is None:
-        return None
-    try:
-        return _PidsCgroup(root, _server_limits().processes)
-    except OSError:
-        return None
+def _session_config(setup: _Setup) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The layers the session gets, and the keeper's configuration (its Landlock rules for the snapshots)."""
+    support = probe()
+    plan = make_plan(setup.isolation, support, user=None) if setup.isolation.wanted else None
+    layers = tuple(plan.layers) if plan is not None else ()
+    config: dict[str, Any] = {"preload": list(setup.preload), "fd": 3, "warm": setup.warm}
+    config.update(undo_depth=setup.undo_depth, ready_timeout=READY_TIMEOUT)
+    if plan is not None and "landlock" in plan.layers:
+        path = build_environment(setup.task)["PATH"]
+        config["landlock"] = landlock_rules(
+            setup.isolation, plan, programs=[sys.executable], cwd=setup.cwd, task=str(setup.task.path), path=path
+        )
+    return layers, config
 
 
 def _last_line(server: _Server) -> str:
-    """What a server that died said last, or how it ended."""
+    """What a session that died said last, or how it ended."""
     outcome = server.outcome
     if outcome is None:
         return "it is not running"
@@ -232,7 +226,7 @@ def _last_line(server: _Server) -> str:
 
 
 def _server_limits() -> Limits:
-    """The server's own limits: roomy, because a run can only lower what it inherits (setrlimit(2))."""
+    """The session's own limits: roomy, because a run can only lower what it inherits (setrlimit(2))."""
     _soft, nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
     _soft, fsize = resource.getrlimit(resource.RLIMIT_FSIZE)
     big = 2**62
@@ -250,26 +244,31 @@ def _server_limits() -> Limits:
 
 
 class ForkServer:
-    """A warm parent for the runs of one kernel session or grading worker.
+    """A session of warm, sandboxed processes that the runs of one kernel (or test) are forked from.
 
     Args:
-        preload: modules the server imports (default :func:`default_preload`);
+        preload: modules the keeper imports (default :func:`default_preload`);
             a module that fails to import is listed in :attr:`failed`.
-        task: the task directory whose ``home/`` and ``tmp/`` the server's
+        task: the task directory whose ``home/`` and ``tmp/`` the session's
             environment names (the runs' own environments are set per run).
-        spare: keep a supervisor and command pair forked ahead of time (faster;
-            ``False`` forks on demand).
-        warm: the module whose ``warm_start()`` each spare calls while it waits
-            (default :mod:`cellbox.cellrunner` when preloaded: the spare builds
-            the next cell's IPython shell ahead of time); ``None`` for none.
+        isolation: the session's sandbox (:class:`~cellbox.isolation.Isolation`),
+            set up once for the keeper, its snapshots and every run; runs that
+            ask for other layers are spawned.  Default: none.
+        cwd: the directory the session's view shows writable (a kernel's notebook
+            directory); default: the task directory's ``work/``.
+        carry: each cell-runner run (the ``warm`` module) is forked from the
+            latest kept snapshot and leaves a new one (see :meth:`settle`);
+            other runs are always forked from the pristine base.
+        undo_depth: kept snapshots beyond the current one, for :meth:`undo`.
+        warm: the module whose ``warm_start()`` the base snapshot calls (default
+            :mod:`cellbox.cellrunner` when preloaded: it builds IPython's shell).
         handoff_timeout: seconds a hand-off may take before the run is spawned.
 
-    Start it with :meth:`start` (returns at once; the server imports in the
-    background), or leave it to the first run: that one is spawned and the
-    server starts when it ends, so a kernel's first result is not slowed by the
-    server's imports on a small machine.  End it with :meth:`close`.
-    Thread-safe: hand-offs are serialised by a lock.  Runs that come before the
-    server is ready are spawned.
+    Start it with :meth:`start` (returns at once; the keeper imports in the
+    background) and :meth:`wait_ready`, or leave it to the first run: that one
+    is spawned and the session starts when it ends.  End it with :meth:`close`.
+    Thread-safe; one run at a time (a run that comes while another is going is
+    spawned).
     """
 
     def __init__(
@@ -277,15 +276,25 @@ class ForkServer:
         preload: Sequence[str] | None = None,
         *,
         task: TaskDirectory | None = None,
-        spare: bool = True,
+        isolation: Isolation | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        carry: bool = False,
+        undo_depth: int = 0,
         warm: str | None = "cellbox.cellrunner",
         handoff_timeout: float = HANDOFF_TIMEOUT,
     ) -> None:
-        self.preload = list(default_preload() if preload is None else preload)
-        self.warm = warm if warm in self.preload else None
+        names = tuple(default_preload() if preload is None else preload)
         self._own_task = task is None
         self.task = task or TaskDirectory.create(prefix="cellbox-forkserver-")
-        self.spare = spare
+        self.setup = _Setup(
+            preload=names,
+            warm=warm if warm in names else None,
+            task=self.task,
+            isolation=isolation or Isolation(mode="none"),
+            cwd=os.path.abspath(cwd if cwd is not None else self.task.work),
+            undo_depth=max(0, int(undo_depth)),
+        )
+        self.carry = carry
         self.handoff_timeout = handoff_timeout
         self._lock = threading.Lock()
         self._server: _Server | None = None
@@ -295,17 +304,26 @@ class ForkServer:
         self._wanted = False
         self.broken: str | None = None
         self.last_error: str | None = None
+        self.lost: str | None = None
+
+    @property
+    def preload(self) -> list[str]:
+        return list(self.setup.preload)
+
+    @property
+    def warm(self) -> str | None:
+        return self.setup.warm
 
     # ------------------------------------------------------------------ life
 
     def start(self) -> ForkServer:
-        """Start the server process if it is not running (returns at once)."""
+        """Start the session if it is not running (returns at once)."""
         with self._lock:
             self._ensure()
         return self
 
     def _ensure(self) -> _Server | None:
-        """The running server, started or replaced when needed; ``None`` once it has proved unable to start."""
+        """The running session, started or replaced when needed; ``None`` once it has proved unable to start."""
         server = self._server
         if self.broken is not None:
             return None
@@ -316,12 +334,14 @@ class ForkServer:
             self._server = None
             if not server.alive and not server.hello:
                 # It died before it was ready: starting it again for every run would
-                # only cost each run a server's start.  Runs are spawned from now on.
+                # only cost each run a session's start.  Runs are spawned from now on.
                 self.broken = _last_line(server)
                 return None
             self.restarts += 1
+            ended = f"the session ended ({_last_line(server)})"
+            self.lost = "a package was installed or removed" if server.alive else ended
         try:
-            self._server = _Server(self.preload, self.task, self.spare, self.warm)
+            self._server = _Server(self.setup)
         except (OSError, RuntimeError) as exc:
             # A cell may have removed the task directory (the kernel makes it again
             # before the next cell): try again when the next spawned run ends.
@@ -330,27 +350,29 @@ class ForkServer:
         return self._server
 
     def _retire(self, server: _Server) -> None:
-        """Stop a server now, or when its last run ends: killing it would kill the runs forked from it."""
+        """Stop a session now, or when its run ends: killing it would kill the run."""
         server.retired = True
         server.ready.clear()
-        if server.in_flight == 0:
+        if not server.busy:
             server.close()
         else:
             self._retired.append(server)
 
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> bool:
-        """Start the server if needed and wait until it has imported its preload list; ``False`` on timeout."""
+        """Start the session if needed and wait until its base snapshot is ready; ``False`` on timeout."""
         server = self.start()._server
         return server is not None and server.ready.wait(timeout)
 
     def close(self) -> None:
-        """Stop the server and its spare (runs still going are left to end)."""
+        """Stop the session (its keeper, snapshots and any run still going)."""
         with self._lock:
             self.closed = True
-            if self._server is not None:
-                self._retire(self._server)
-                self._server = None
-        if self._own_task and not self._retired:
+            servers = [*self._retired, *([self._server] if self._server is not None else [])]
+            self._server = None
+            self._retired = []
+        for server in servers:
+            server.close()
+        if self._own_task:
             self.task.remove()
 
     def __enter__(self) -> ForkServer:
@@ -363,19 +385,38 @@ class ForkServer:
 
     @property
     def pid(self) -> int | None:
-        """The server process's pid, once it is ready."""
+        """The keeper's pid as the session sees it (its own pid namespace's, with the pid layer), once ready."""
         server = self._server
         return int(server.hello["pid"]) if server is not None and server.ready.is_set() else None
 
     @property
     def launcher_pid(self) -> int | None:
-        """The pid of the launcher that supervises the server (every forked run descends from it)."""
+        """The pid of the launcher that supervises the session (every run of it descends from it)."""
         server = self._server
         return server.run.proc.pid if server is not None else None
 
     @property
+    def layers(self) -> tuple[str, ...]:
+        """The isolation layers the session's runs are inside."""
+        server = self._server
+        return server.layers if server is not None else ()
+
+    @property
+    def notes(self) -> list[str]:
+        """What the session could not set up (a Landlock domain the kernel refused), for the runs' notes."""
+        server = self._server
+        landlock = server.hello.get("landlock") if server is not None else None
+        return [str(landlock)] if landlock else []
+
+    @property
+    def cgroup_layers(self) -> list[str]:
+        """``["pids-cgroup"]`` when the session's runs are counted in its pids cgroup (its processes limit)."""
+        server = self._server
+        return ["pids-cgroup"] if server is not None and server.hello.get("cgroup") else []
+
+    @property
     def loaded(self) -> list[str]:
-        """The preload modules the server imported."""
+        """The preload modules the keeper imported."""
         return list(self._server.hello.get("loaded", [])) if self._server else []
 
     @property
@@ -383,20 +424,41 @@ class ForkServer:
         """Preload modules that could not be imported, with why."""
         return dict(self._server.hello.get("failed", {})) if self._server else {}
 
-    def memory(self) -> dict[str, int]:
-        """The server's ``vm_size`` and ``rss`` now, bytes (from its /proc/self/statm).
-
-        Raises:
-            ForkServerError: the server is not ready.
-        """
+    def _request(self, request: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
             server = self._server
             if server is None or not server.ready.is_set():
-                raise ForkServerError("the fork server is not ready")
-            try:
-                return {k: int(v) for k, v in server.stat(self.handoff_timeout).items()}
-            except (OSError, ValueError) as exc:
-                raise ForkServerError(f"the fork server did not answer ({exc})") from None
+                raise ForkServerError("the session is not ready")
+            return server.ask(request, [], self.handoff_timeout)
+
+    def memory(self) -> dict[str, Any]:
+        """The keeper's ``vm_size`` and ``rss`` (bytes), and ``snapshots``: each one's pid, ``rss`` and ``pss``.
+
+        Raises:
+            ForkServerError: the session is not ready or did not answer.
+        """
+        return self._request({"op": "stat"})
+
+    def settle(self, keep: bool) -> dict[str, Any]:
+        """Keep the snapshot the last run left as the current state (``keep``), or drop it.
+
+        Returns ``{"kept": bool, "depth": kept snapshots, "rss": bytes}`` (the
+        current snapshot's resident size), or ``{}`` when there is no session.
+        """
+        try:
+            return self._request({"op": "settle", "keep": bool(keep)})
+        except ForkServerError:
+            return {}
+
+    def undo(self, count: int = 1) -> dict[str, Any]:
+        """Drop the ``count`` newest kept snapshots: the state goes back to before those cells.
+
+        Returns ``{"undone": how many, "depth": kept snapshots left}``.
+
+        Raises:
+            ForkServerError: the session is not ready or did not answer.
+        """
+        return self._request({"op": "undo", "n": int(count)})
 
     # ------------------------------------------------------------------ runs
 
@@ -406,58 +468,81 @@ class ForkServer:
             return "the fork server is closed"
         if len(argv) < 3 or argv[1] != "-m" or os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
             return ""  # not a Python module entry point: spawned, as asked
-        wrapped = set(layers) & set(BWRAP_LAYERS)
-        if wrapped:
-            return f"the {', '.join(sorted(wrapped))} isolation layers need a spawned launcher"
         with self._lock:
             if self._server is None and self.broken is None:
-                # Not started yet: this run is spawned, and the server starts when it
+                # Not started yet: this run is spawned, and the session starts when it
                 # ends (see spawned), so its imports do not slow the first result.
                 self._wanted = True
                 return ""
             server = self._ensure()
             if server is None:
                 return f"the fork server could not start ({self.broken or self.last_error})"
-            if not server.ready.is_set():
-                return ""  # still importing: this run is spawned, the next one forked
+            if not server.ready.is_set() or server.busy:
+                return ""  # still importing, or busy: this run is spawned
+            wanted = {layer for layer in layers if layer in SESSION_LAYERS}
+            have = {layer for layer in server.layers if layer in SESSION_LAYERS}
             size = int(server.hello.get("vm_size", 0))
-        if limits.memory is not None and limits.memory < size + MEMORY_HEADROOM:
+        if wanted != have:
+            return f"the run's isolation ({', '.join(sorted(wanted)) or 'none'}) is not the session's"
+        carried = self.carry and argv[2] == self.setup.warm
+        # A pristine run starts with the base's address space, which RLIMIT_AS counts. A carried
+        # cell holds the session's state too: a limit below it is that cell's memory_limit.
+        if not carried and limits.memory is not None and limits.memory < size + MEMORY_HEADROOM:
             return "the memory limit is too close to the fork server's own size"
         return None
 
     def spawned(self) -> None:
-        """Called by the core when a run it spawned instead ends: start the server if that run wanted it."""
+        """Called by the core when a run it spawned instead ends: start the session if that run wanted it."""
         with self._lock:
             if self._wanted and self._server is None and not self.closed:
                 self._ensure()
 
-    def hand_off(self, request: dict[str, Any], fds: Sequence[int]) -> tuple[int, Any, _PidsCgroup | None]:
-        """Give a run to the server: ``(supervisor pid, release, cgroup)``; call ``release()`` when the run ends.
+    def hand_off(self, request: dict[str, Any], fds: Sequence[int]) -> tuple[int, Any, None]:
+        """Give a run to the session: ``(command pid, release, None)``; call ``release()`` when the run ends.
 
-        ``cgroup`` is the pids cgroup the run's command is in when the spare
-        joined one ahead of time (the caller owns it from then on, and removes
-        it when the run ends), else ``None`` (the request's own is used).
+        The pid is the command's in the session's own pid namespace (with the
+        pid layer), so the caller never signals it: the keeper does.
 
         Raises:
-            ForkServerError: the server is gone, refused, or did not answer within
-                :attr:`handoff_timeout` seconds (it is then restarted for the next run).
+            ForkServerError: the session is gone, busy, refused, or did not answer
+                within :attr:`handoff_timeout` seconds (it is then replaced).
         """
+        carried = self.carry and request["argv"][2] == self.setup.warm
+        # The session decided the user, the namespaces and the pids cgroup once, for all its runs.
+        request = {k: v for k, v in request.items() if k not in ("uid", "gid", "groups", "user", "landlock")}
+        request.update(snapshot=carried, cgroup=None)
+        request["from"] = "current" if carried else "base"
+        request["op"] = "run"
         with self._lock:
             server = self._ensure()
             if server is None or not server.ready.is_set():
-                raise ForkServerError("the fork server is not ready")
+                raise ForkServerError("the session is not ready")
+            if server.busy:
+                raise ForkServerError("the session is busy with another run")
             try:
-                pid, cgroup = server.hand_off(request, fds, self.handoff_timeout)
-            except ForkServerError:
-                self._retire(server)  # a server that failed once is not trusted again
-                self._server = None
+                reply = server.ask(request, fds, self.handoff_timeout)
+            except ForkServerError as exc:
+                if "did not answer" in str(exc) or "closed" in str(exc):
+                    self._retire(server)  # a session that failed to answer is not trusted again
+                    self._server = None
+                    self.lost = f"the session stopped answering ({exc})"
                 raise
-            server.in_flight += 1
-        return pid, lambda: self._release(server), cgroup
+            server.busy = True
+        return int(reply["pid"]), lambda: self._release(server), None
+
+    def abandon(self) -> None:
+        """End the session now (its keeper did not report a run in time); the next run starts a new one."""
+        with self._lock:
+            server, self._server = self._server, None
+            if server is not None:
+                self.lost = "the session stopped answering"
+                self.restarts += 1
+        if server is not None:
+            server.close()
 
     def _release(self, server: _Server) -> None:
         with self._lock:
-            server.in_flight -= 1
-            if server.retired and server.in_flight == 0 and server in self._retired:
+            server.busy = False
+            if server.retired and server in self._retired:
                 self._retired.remove(server)
                 server.close()

@@ -147,6 +147,12 @@ class Isolation:
         writable: more paths bound read-write.
         hidden: paths covered by an empty directory (or an empty file) even when
             a bound path would show them, for example a kernel's connection file.
+        keep_root: when cellbox runs as root, the ``user`` layer keeps the
+            program's uid 0, inside a new user namespace with no capabilities
+            (capabilities(7)), instead of switching to an unprivileged user: it
+            writes a root-owned working directory (a notebook's, in a container)
+            as its owner, and has no other power of root's; files of the system
+            that only root may read are covered in the view.  The kernel's choice.
 
     Raises:
         IsolationError: an unknown mode, or a relative path.
@@ -158,6 +164,7 @@ class Isolation:
     read_only: tuple[str, ...] = ()
     writable: tuple[str, ...] = ()
     hidden: tuple[str, ...] = ()
+    keep_root: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -418,7 +425,7 @@ def make_plan(isolation: Isolation, support: Support, *, user: str | int | None)
     missing = {layer: support.missing.get(layer, "bwrap is missing") for layer in isolation.wanted}
     missing = {layer: why for layer, why in missing.items() if layer not in layers}
     run_as = user
-    if "user" in layers and support.as_root and user is None:
+    if "user" in layers and support.as_root and user is None and not isolation.keep_root:
         run_as = UNPRIVILEGED_USER
     bwrapped = [layer for layer in layers if layer in BWRAP_LAYERS]
     if bwrapped and not support.as_root and "user" not in layers:
@@ -492,6 +499,12 @@ def bwrap_prefix(
         # Without root, bwrap needs a user namespace for every other layer;
         # nested ones are refused, so the child cannot regain powers in its own.
         args.append("--unshare-user")
+        if support.disable_userns:
+            args.append("--disable-userns")
+    elif "user" in plan.layers and isolation.keep_root:
+        # uid 0 inside, mapped to root outside, with every capability dropped:
+        # the owner of root's files, and no power beyond that (user_namespaces(7)).
+        args += ["--unshare-user", "--uid", "0", "--gid", "0", "--cap-drop", "ALL"]
         if support.disable_userns:
             args.append("--disable-userns")
     elif "user" in plan.layers:
@@ -597,7 +610,29 @@ def _view_entries(
     for secret in secret_paths(isolation.hidden):
         if _shown(secret, entries) and not _within(cwd, secret):
             entries[secret] = "hide"
+    if isolation.keep_root:
+        entries.update({secret: "hide" for secret in root_only_files()})
     return entries
+
+
+@functools.lru_cache(maxsize=1)
+def root_only_files() -> tuple[str, ...]:
+    """Files under ``/etc`` that only their owner or group may read (``/etc/shadow``, host keys...).
+
+    A program kept at uid 0 without capabilities still reads what root owns;
+    the view covers these so it cannot.
+    """
+    found = []
+    for directory, _dirs, files in os.walk("/etc"):
+        for name in files:
+            path = os.path.join(directory, name)
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue
+            if not os.path.islink(path) and not info.st_mode & 0o004:
+                found.append(path)
+    return tuple(sorted(found))
 
 
 def _parents(target: str, mounted: dict[str, str]) -> list[str]:

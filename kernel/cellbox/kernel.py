@@ -27,10 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import ctypes
+import dataclasses
 import fnmatch
 import json
 import os
 import platform
+import re
 import signal
 import sys
 import tempfile
@@ -45,7 +48,7 @@ from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, default, vali
 from . import __version__
 from .cellerrors import error_for_outcome, exit_reason
 from .environment import TaskDirectory
-from .forkserver import ForkServer
+from .forkserver import ForkServer, ForkServerError
 from .isolation import Isolation, IsolationError, describe
 from .limits import LimitError, Limits, format_size
 from .magics import cell_limits
@@ -60,10 +63,17 @@ _DEFAULTS = Limits()
 STREAM_DELAY = 0.05
 # Task directories of kernel sessions are named so (under the system's temp directory).
 TASK_PREFIX = "cellbox-kernel-"
-# In the task directory: the kernel's pid (to find directories of killed kernels),
-# and in its tmp/ the carried state.
+# In the task directory: the kernel's pid (to find directories of killed kernels).
 PID_FILE = "cellbox-kernel.pid"
-STATE_FILE = "cellbox-state.pickle"
+# Seconds the first cell waits for the session to be ready before it is spawned instead.
+SESSION_READY_TIMEOUT = 120.0
+# The traceback's last line for a cell whose state is not kept (design: one line says so).
+DISCARDED = (
+    "cellbox: the cell was stopped, so what it changed is not kept: the next cell sees the names as they were "
+    "before it"
+)
+# Statuses whose cell finished in its own process: its snapshot is the next cell's state.
+KEPT_STATUSES = (Status.OK, Status.ERROR, Status.MEMORY_LIMIT, Status.INTERRUPTED)
 # History replies name one session: this kernel process's.
 SESSION_NUMBER = 1
 
@@ -119,13 +129,19 @@ class CellboxKernel(Kernel):
     )
     carry_state = Bool(
         True,
-        help="Carry names from cell to cell (pickled inside the children). False gives every cell a fresh namespace.",
+        help="Carry the state from cell to cell: each cell is forked from the process image of the last cell that "
+        "finished (a snapshot), so names, modules and open files stay as under ipykernel. False gives every cell "
+        "a fresh namespace.",
+    ).tag(config=True)
+    undo_depth = Int(
+        3,
+        help="Snapshots kept for %undo beyond the current one (each holds the memory its cell changed).",
     ).tag(config=True)
     interrupt_grace = Float(
         1.0, help="Seconds an interrupted cell gets to stop on SIGINT before its processes are killed."
     ).tag(config=True)
     isolation = Unicode(
-        "none",
+        "auto",
         help="Isolation layers for cells beyond rlimits (namespaces, Landlock; see the README's Isolation section): "
         "none, auto (every layer this machine supports, the others noted) or strict (every layer, or no run).",
     ).tag(config=True)
@@ -169,18 +185,31 @@ class CellboxKernel(Kernel):
         return proposal["value"]
 
     def cell_isolation(self) -> Isolation:
-        """The isolation of every cell, from the ``isolation`` and ``network`` settings."""
-        return Isolation.from_options(mode=self.isolation, network=self.network, source="CellboxKernel.isolation")
+        """The isolation of every cell, from the ``isolation`` and ``network`` settings.
+
+        A kernel running as root keeps its cells at uid 0 inside a user
+        namespace without capabilities (:attr:`Isolation.keep_root`), so they
+        write a root-owned notebook directory and nothing else of root's.
+        """
+        isolation = Isolation.from_options(mode=self.isolation, network=self.network, source="CellboxKernel.isolation")
+        return dataclasses.replace(isolation, keep_root=True)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.notebook_dir = self.notebook_dir  # fixed now: the directory the kernel started in
         _remove_stale_task_directories()
         self.task = TaskDirectory.create(prefix=TASK_PREFIX)
-        # Started when the first cell (spawned) ends: its imports would slow that cell.
-        self._forkserver = ForkServer(task=self.task) if self.start_method == "forkserver" else None
-        # State and cell specs live in the task's tmp/, which the sandbox gives to
-        # the user cells run as (an isolated cell as root runs as nobody).
+        # The session starts now, beside the kernel's own start: the first cell waits for it.
+        self._forkserver: ForkServer | None = None
+        if self.start_method == "forkserver":
+            self._forkserver = ForkServer(
+                task=self.task,
+                isolation=self.cell_isolation(),
+                cwd=self.notebook_dir,
+                carry=self.carry_state,
+                undo_depth=self.undo_depth,
+            ).start()
+        # Cell specs live in the task's tmp/, which the sandbox gives to the user cells run as.
         self._state_dir = self.task.tmp
         (self.task.path / PID_FILE).write_text(str(os.getpid()))
         self._inputs: list[str] = [""]  # In[0] is empty, as in IPython
@@ -193,7 +222,11 @@ class CellboxKernel(Kernel):
         self._running: Run | None = None
         self._input_cancel = threading.Event()
         self._last_outcome: dict[str, Any] | None = None
+        self._session_lost: str | None = None
         atexit.register(self.task.remove)
+        # No cell, and no other program of this user, may trace this process or read its memory or
+        # environment (the connection key is there): prctl(2) PR_SET_DUMPABLE.
+        _not_dumpable()
         self._completion_warmed = False
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -291,9 +324,13 @@ class CellboxKernel(Kernel):
                 self._inputs.append(code)
                 self._transformed.append(None)
             return self._publish_error("LimitError", str(exc), [f"LimitError: {exc}"])
+        undo = _undo_request(body)
+        if undo is not None:
+            return await self._undo(undo, body, store_history)
         if store_history:
             self._inputs.append(body)
             self._transformed.append(None)
+        await self._session_ready()
         cell = _Cell(self, limits, silent, allow_stdin, len(self._inputs) - 1 if store_history else None)
         try:
             spec_path = self._write_spec(body, limits, silent, store_history, user_expressions or {}, allow_stdin)
@@ -322,9 +359,83 @@ class CellboxKernel(Kernel):
             spec_path.unlink(missing_ok=True)
         await asyncio.sleep(0)  # let the last forwarded messages go out first
         cell.flush()
+        self._settle(cell, outcome)
         reply = self._finish(cell, outcome, body)
         asyncio.get_running_loop().call_soon(self._warm_up_completion)  # after the reply is sent
         return reply
+
+    async def _session_ready(self) -> None:
+        """Wait for the session's first readiness (the kernel started it beside its own start); say when it was lost."""
+        if self.isolation == "none" and "isolation-none" not in self._warned:
+            self._warned.add("isolation-none")
+            # JupyterLab does not show the banner: say it where the user looks.
+            self._stream(
+                "stderr",
+                "cellbox: note: this kernel's cells run with isolation none: they can read your files, use the "
+                "network and signal your other programs (see `cellbox doctor`)\n",
+            )
+        server = self._forkserver
+        if server is None:
+            return
+        if server.pid is None and server.broken is None:
+            await asyncio.to_thread(server.wait_ready, SESSION_READY_TIMEOUT)
+        if server.lost and server.lost != self._session_lost:
+            self._session_lost = server.lost
+            self._stream(
+                "stderr",
+                f"cellbox: the session's state was lost ({server.lost}); this cell starts without the names "
+                "of earlier cells\n",
+            )
+
+    def _settle(self, cell: _Cell, outcome: Outcome) -> None:
+        """Keep the finished cell's snapshot as the next cell's state, or drop it and say so."""
+        server, run = self._forkserver, cell.run
+        if server is None or run is None or not self.carry_state:
+            return
+        if run.start_method != "forkserver":
+            self._warn_once(
+                {"spawned": ""},
+                "cellbox: this cell ran in a new process of its own, without the names of earlier cells, "
+                "and what it defines is not kept (see the reply's notes for why)",
+            )
+            return
+        # A cell that finished in its own process (an interrupt it stopped at included) forked its
+        # snapshot; one stopped by a kill, a limit or a crash did not, or is not trusted to have.
+        keep = bool(run.left_snapshot) and outcome.signal is None and outcome.status in KEPT_STATUSES
+        facts = server.settle(keep)
+        if self._last_outcome is not None and facts:
+            self._last_outcome["snapshot"] = {"kept": keep, **facts}
+        cell.discarded = not keep and run.left_snapshot is not None
+
+    async def _undo(self, count: int, code: str, store_history: bool) -> dict[str, Any]:
+        """``%undo [N]``: put the state back to what it was before the last N cells that kept theirs."""
+        if store_history:
+            self._inputs.append(code)
+            self._transformed.append(code)
+        server = self._forkserver
+        if count < 1:
+            return self._publish_error("UsageError", "%undo takes a number of cells, such as %undo 2", [])
+        if server is None or not self.carry_state:
+            message = "%undo needs the session's snapshots (start_method=forkserver and carry_state=True)"
+            return self._publish_error("UsageError", message, [f"UsageError: {message}"])
+        await self._session_ready()
+        try:
+            result = await asyncio.to_thread(server.undo, count)
+        except ForkServerError as exc:
+            return self._publish_error("UsageError", f"%undo: {exc}", [f"UsageError: %undo: {exc}"])
+        undone = int(result.get("undone", 0))
+        cells = "1 cell" if undone == 1 else f"{undone} cells"
+        if undone == 0:
+            text = "Nothing to undo: no earlier state is kept.\n"
+        else:
+            text = (
+                f"Undid {cells}: the names are as they were before {'it' if undone == 1 else 'them'}. "
+                "Files written and output shown stay as they are.\n"
+            )
+        if undone < count:
+            text += f"(Only {undone} earlier states were kept; CellboxKernel.undo_depth sets how many.)\n"
+        self._stream("stdout", text)
+        return {"status": "ok", "execution_count": self.execution_count, "payload": [], "user_expressions": {}}
 
     def _write_spec(
         self,
@@ -342,9 +453,6 @@ class CellboxKernel(Kernel):
             "silent": silent,
             "allow_stdin": allow_stdin,
             "user_expressions": user_expressions,
-            "carry_state": self.carry_state,
-            "state_in": str(self._state_dir / STATE_FILE),
-            "state_out": str(self._state_dir / f"cellbox-state-{self.execution_count}.new"),
             "history": self._inputs[:-1] if store_history else self._inputs,
             "transformed": self._transformed[:-1] if store_history else self._transformed,
             "limits": limits.as_dict(),
@@ -360,15 +468,20 @@ class CellboxKernel(Kernel):
         return Path(name)
 
     def _finish(self, cell: _Cell, outcome: Outcome, code: str) -> dict[str, Any]:
-        """Publish the cell's error (if any), keep or drop its state, and build the reply.
+        """Publish the cell's error (if any) and build the reply.
 
         ``code`` is the cell without its ``%%limits`` line, kept for completion when the cell succeeded.
         """
         self._last_outcome = _outcome_metadata(outcome)
         if self.isolation != "none":
             self._warn_once({note: "" for note in outcome.notes}, "cellbox: note: {names}")
+        run = cell.run
+        ended_early = run is not None and run.left_snapshot is False and self.carry_state
+        if outcome.status is Status.OK and ended_early and not cell.failed:
+            # The runner never got back from the cell: its process ended (os._exit) part way.
+            reason = exit_reason(outcome)
+            return self._publish_error("CellExitedError", reason, [f"CellExitedError: {reason}", DISCARDED])
         if outcome.status is Status.OK:
-            self._accept_state(cell)
             self._good_sources.append(code)
             return {
                 "status": "ok",
@@ -376,8 +489,6 @@ class CellboxKernel(Kernel):
                 "payload": cell.payload,
                 "user_expressions": cell.user_expressions,
             }
-        if cell.new_state:
-            Path(cell.new_state).unlink(missing_ok=True)
         named = error_for_outcome(outcome, cell.limits)
         last = cell.errors[-1] if cell.errors else None
         if named is None and (cell.errors or cell.failed):
@@ -389,21 +500,11 @@ class CellboxKernel(Kernel):
         if named is None:
             named = "CellExitedError", exit_reason(outcome)
         ename, evalue = named
+        kept = [DISCARDED] if cell.discarded else []
         if ename == "KeyboardInterrupt" and last and last["ename"] == "KeyboardInterrupt":
-            return self._publish_error(**last)
+            return self._publish_error(last["ename"], last["evalue"], [*last["traceback"], *kept])
         traceback = list(last["traceback"]) if last else []
-        return self._publish_error(ename, evalue, traceback + [f"{ename}: {evalue}"])
-
-    def _accept_state(self, cell: _Cell) -> None:
-        """Move the successful cell's state file into place (a rename; never read here)."""
-        if not (self.carry_state and cell.new_state):
-            return
-        new = Path(cell.new_state)
-        if new.parent == self._state_dir and new.exists():
-            os.replace(new, self._state_dir / STATE_FILE)
-        self._warn_once(
-            cell.dropped, "cellbox: these names cannot be carried to the next cells, which will not see them: {names}"
-        )
+        return self._publish_error(ename, evalue, [*traceback, f"{ename}: {evalue}", *kept])
 
     def _warn_once(self, items: dict[str, str], template: str) -> None:
         """Write ``template`` with the items not warned about before (``name (why)``) to stderr."""
@@ -581,9 +682,8 @@ class _Cell:
         self.errors: list[dict[str, Any]] = []  # published when the cell ends, unless a limit replaces them
         self.failed: dict[str, str] | None = None
         self.payload: list[Any] = []
+        self.discarded = False  # stopped before it could leave its state: the next cell has the one before
         self.user_expressions: dict[str, Any] = {}
-        self.new_state: str | None = None
-        self.dropped: dict[str, str] = {}
         self.input_cancel = threading.Event()
         self._pending: tuple[str, list[str]] | None = None
         self._flush_handle: asyncio.TimerHandle | None = None
@@ -665,10 +765,6 @@ class _Cell:
             # The first is the runner's, sent before the cell's own code ran.
             if self.kernel._transformed[self.history_index] is None:
                 self.kernel._transformed[self.history_index] = message["source"]
-        elif kind == "state":
-            self.new_state = str(message.get("file"))
-            dropped = message.get("dropped")
-            self.dropped = {str(k): str(v) for k, v in dropped.items()} if isinstance(dropped, dict) else {}
 
     async def _answer(self, prompt: str, password: bool) -> None:
         if self.run is None:
@@ -704,6 +800,26 @@ def _remove_stale_task_directories() -> None:
             continue
         if not alive:
             TaskDirectory(*(Path(pid_file).parent / part for part in ("", "home", "work", "tmp"))).remove()
+
+
+_UNDO = re.compile(r"\s*%undo(?:\s+(\S+))?\s*")
+
+
+def _undo_request(code: str) -> int | None:
+    """The N of a cell that is only ``%undo`` or ``%undo N`` (0 for a bad N), else ``None``."""
+    match = _UNDO.fullmatch(code)
+    if match is None:
+        return None
+    text = match.group(1) or "1"
+    return int(text) if text.isdigit() else 0
+
+
+def _not_dumpable() -> None:
+    """prctl(2) ``PR_SET_DUMPABLE`` 0: ptrace and /proc/PID/{mem,environ} only for CAP_SYS_PTRACE."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _pick(message: dict[str, Any], *keys: str) -> dict[str, Any]:

@@ -280,19 +280,21 @@ class _Forked:
     on the status pipe (or its absence) says how it ended.
     """
 
-    def __init__(self, pid: int, stdin: int | None, stdout: int, stderr: int) -> None:
-        self.pid = pid
+    def __init__(
+        self, pid: int, stdin: int | None, stdout: int, stderr: int, abandon: Callable[[], None] | None = None
+    ) -> None:
+        self.pid = pid  # in the session's pid namespace: never signalled from here
         self.stdin = os.fdopen(stdin, "wb", buffering=0) if stdin is not None else None
         self.stdout = os.fdopen(stdout, "rb", buffering=0)
         self.stderr = os.fdopen(stderr, "rb", buffering=0)
         self.returncode: int | None = None
+        self._abandon = abandon
 
     def kill(self) -> None:
-        if self.returncode is None:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except OSError:
-                pass
+        """The session's keeper did not report: end the whole session (its keeper kills every process of it)."""
+        if self.returncode is None and self._abandon is not None:
+            self._abandon()
+        self.returncode = -signal.SIGKILL
 
 
 class Run:
@@ -362,8 +364,15 @@ class Run:
             self._isolation.append(f"user:{name}")
         self.as_root = (spec.get("uid", os.geteuid())) == 0
         self.proc: subprocess.Popen[bytes] | _Forked
-        self._setup_processes_limit(spec)
-        prefix = self._isolate(plan, spec, argv, child_env) if plan is not None else []
+        prefix: list[str] = []
+        if self._forkserver is not None and self._forkable(argv, plan):
+            # The session's sandbox holds the run: no namespaces, rules or cgroup of its own.
+            self._isolation += [*(plan.layers if plan is not None else []), *self._forkserver.cgroup_layers]
+            if os.geteuid() != 0:
+                spec["nproc_extra"] = self.limits.processes
+        else:
+            self._setup_processes_limit(spec)
+            prefix = self._isolate(plan, spec, argv, child_env) if plan is not None else []
 
         control_r, self._control_w = os.pipe()
         self._status_r, status_w = os.pipe()
@@ -389,6 +398,13 @@ class Run:
             self.started = time.monotonic()
             self.deadline = self.started + self.limits.wall_time
             forked = self._fork(argv, plan, spec, child_env, stdin_bytes, child_side)
+            if forked is None and self._respawn:
+                # The session could not take it after all: set the run up to be spawned.
+                dropped = [*(plan.layers if plan else []), "pids-cgroup"]
+                self._isolation = [name for name in self._isolation if name not in dropped]
+                spec.pop("nproc_extra", None)
+                self._setup_processes_limit(spec)
+                prefix = self._isolate(plan, spec, argv, child_env) if plan is not None else []
             if forked is not None:
                 self.proc = forked
                 self._stdin_pending = stdin_bytes or b""
@@ -429,13 +445,7 @@ class Run:
         from .forkserver import ForkServerError
 
         server = self._forkserver
-        if server is None:
-            return None
-        refusal = server.refusal(argv, self.limits, plan.layers if plan is not None else ())
-        if refusal is not None:
-            if refusal:
-                self._notes.append(f"forkserver: {refusal}; the run was spawned")
-            self._release = server.spawned
+        if server is None or not self._forked_ok:
             return None
         names = ["control", "status", "message", "reply"][: len(child_side)]
         ours: dict[str, int] = {}
@@ -452,6 +462,8 @@ class Run:
             for fd in ours.values():
                 os.close(fd)
             self._notes.append(f"forkserver: {exc}; the run was spawned")
+            self._forked_ok = False
+            self._respawn = True
             return None
         finally:
             for name, fd in theirs.items():
@@ -466,7 +478,27 @@ class Run:
                 self._isolation.append("pids-cgroup")
         self.start_method = "forkserver"
         self._isolation.append("forkserver")
-        return _Forked(pid, ours.get("stdin"), ours["stdout"], ours["stderr"])
+        self._notes += server.notes
+        return _Forked(pid, ours.get("stdin"), ours["stdout"], ours["stderr"], abandon=server.abandon)
+
+    _forked_ok = False
+    _respawn = False
+    # Whether a session's run left a snapshot of itself (None: it was not asked to, or not forked).
+    left_snapshot: bool | None = None
+
+    def _forkable(self, argv: Sequence[str], plan: Plan | None) -> bool:
+        """Whether the fork server takes this run (a note says why not, when it matters)."""
+        server = self._forkserver
+        if server is None:
+            return False
+        refusal = server.refusal(argv, self.limits, plan.layers if plan is not None else ())
+        if refusal is not None:
+            if refusal:
+                self._notes.append(f"forkserver: {refusal}; the run was spawned")
+            self._release = server.spawned
+            return False
+        self._forked_ok = True
+        return True
 
     def _plan_isolation(self, user: str | int | None) -> Plan | None:
         """Decide the run's isolation layers; in strict mode, refuse a missing one."""
@@ -592,6 +624,8 @@ class Run:
         try:
             record, exec_error = self._pump()
             self._reported = record is not None
+            if isinstance(self.proc, _Forked) and record is not None and "snapshot" in record:
+                self.left_snapshot = bool(record["snapshot"])
             if isinstance(self.proc, _Forked):
                 # Not our child: its exit record is the report; none means it was killed.
                 wait_status = 0 if record is not None else signal.SIGKILL
