@@ -35,6 +35,7 @@ from __future__ import annotations
 import builtins
 import getpass
 import importlib.util
+import io
 import json
 import os
 import sys
@@ -68,6 +69,82 @@ class Channel:
         """Read one reply line (blocks); an empty dict when the kernel closed the channel."""
         line = self._in.readline()
         return json.loads(line) if line.strip() else {}
+
+
+class ChannelStream(io.TextIOBase):
+    """A cell's ``sys.stdout`` or ``sys.stderr``: each write is a ``stream`` message on the channel.
+
+    Text printed from Python then reaches the kernel in the one order the cell
+    produced it, with its displays and errors (two pipes read side by side
+    cannot tell which was written first).  What a subprocess or ``os.write``
+    writes to the file descriptor still goes through the pipe.  The kernel
+    counts both against the cell's output limit.
+    """
+
+    encoding = "utf-8"
+    errors = "replace"
+
+    def __init__(self, name: str, fd: int) -> None:
+        super().__init__()
+        self._name = name
+        self._fd = fd
+        self.channel: Channel | None = None
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return f"<{self._name}>"
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self._fd
+
+    @property
+    def buffer(self) -> _BytesToText:
+        return _BytesToText(self)
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        if text:
+            clean = text.encode("utf-8", "replace").decode("utf-8")
+            if self.channel is not None:
+                self.channel.send({"type": "stream", "name": self._name, "text": clean})
+            else:
+                os.write(self._fd, clean.encode())
+        return len(text)
+
+
+class _BytesToText:
+    """``sys.stdout.buffer`` of a :class:`ChannelStream`: bytes written are decoded (UTF-8, replaced)."""
+
+    def __init__(self, stream: ChannelStream) -> None:
+        self._stream = stream
+
+    def write(self, data: bytes) -> int:
+        self._stream.write(bytes(data).decode("utf-8", "replace"))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+def _install_streams(channel: Channel) -> None:
+    """The cell's ``sys.stdout`` and ``sys.stderr`` write to ``channel`` (made once, kept by the snapshots)."""
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        stream = getattr(sys, name)
+        if not isinstance(stream, ChannelStream):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+            stream = ChannelStream(name, fd)
+            setattr(sys, name, stream)
+        stream.channel = channel
 
 
 def _install_pager(shell: Any) -> None:
@@ -273,6 +350,7 @@ def run(spec: dict[str, Any]) -> int:
 
     channel = Channel(os.environ.get("CELLBOX_CHANNEL"))
     _prepare_process(spec)
+    _install_streams(channel)
     shell = _session_shell(channel, spec)
     store, silent = bool(spec.get("store_history", True)), bool(spec.get("silent"))
     if store:

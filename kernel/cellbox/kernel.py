@@ -1,24 +1,27 @@
 """The ``cellbox`` Jupyter kernel: every cell in a fresh, limited child process.
 
 A wrapper kernel on :class:`ipykernel.kernelbase.Kernel` (the pattern of
-bash_kernel).  For each ``execute_request`` the kernel process:
+bash_kernel).  When it starts, it starts the session (:mod:`cellbox.forkserver`):
+one sandbox with a keeper and the snapshots cells are forked from.  For each
+``execute_request`` the kernel process:
 
 1. reads an optional first line ``%%limits wall=5 ...`` (a bad line is an error
-   reply and the cell does not run);
+   reply and the cell does not run), or a cell that is only ``%undo [N]``;
 2. writes the cell's spec to the session's task directory and starts ONE child,
    ``python -m cellbox.cellrunner SPEC``, through :func:`cellbox.sandbox.start`
-   with a message channel, in the notebook's directory;
-3. forwards the child's stdout/stderr as ``stream`` messages while it runs, and
-   its JSON messages (rich output, errors, input requests) as they come;
-4. turns the :class:`~cellbox.outcome.Outcome` into the reply: a limit becomes
-   an error with a name and a sentence (``CellTimeoutError: ...``), and the
-   reply's metadata carries the Outcome under ``"cellbox"``;
-5. moves the child's new state file into place only when the cell succeeded.
+   with a message channel, forked from the session's latest snapshot;
+3. forwards the child's output and its JSON messages (rich output, errors,
+   input requests) as they come, in the order the child sent them;
+4. settles the snapshot the child left (kept when the cell finished in its own
+   process, dropped when it was stopped) and turns the
+   :class:`~cellbox.outcome.Outcome` into the reply: a limit becomes an error
+   with a name and a sentence (``CellTimeoutError: ...``), and the reply's
+   metadata carries the Outcome under ``"cellbox"``.
 
 The kernel process never unpickles or evals anything a cell produced (design
-rule 6): it only renames the state file the children read and write.  Blocking
-waits run in worker threads, so interrupts, stdin and control messages are
-served while a cell runs.
+rule 6), and no state crosses to it: the state lives in the session's
+snapshots.  Blocking waits run in worker threads, so interrupts, stdin and
+control messages are served while a cell runs.
 
 Start it with ``python -m cellbox.kernel -f CONNECTION_FILE`` (the kernelspec does).
 """
@@ -151,9 +154,9 @@ class CellboxKernel(Kernel):
     start_method = Enum(
         ["spawn", "forkserver"],
         "forkserver",
-        help="How each cell's fresh process starts: forkserver (forked from a warm server of the session that has "
-        "imported IPython, numpy and matplotlib; cells it cannot take are spawned) or spawn (a new interpreter "
-        "for every cell). See the README's Warm start section.",
+        help="How each cell's fresh process starts: forkserver (forked from the session's latest snapshot, which "
+        "carries the state; a cell it cannot take is spawned, with a note) or spawn (a new interpreter for every "
+        "cell, and no names carried). See the README's section The session.",
     ).tag(config=True)
     notebook_dir = Unicode(
         help="Working directory of every cell; by default the directory the kernel was started in, "
@@ -403,8 +406,8 @@ class CellboxKernel(Kernel):
         # snapshot; one stopped by a kill, a limit or a crash did not, or is not trusted to have.
         keep = bool(run.left_snapshot) and outcome.signal is None and outcome.status in KEPT_STATUSES
         facts = server.settle(keep)
-        if self._last_outcome is not None and facts:
-            self._last_outcome["snapshot"] = {"kept": keep, **facts}
+        if facts:
+            cell.snapshot = {"kept": keep, **facts}
         cell.discarded = not keep and run.left_snapshot is not None
 
     async def _undo(self, count: int, code: str, store_history: bool) -> dict[str, Any]:
@@ -473,6 +476,8 @@ class CellboxKernel(Kernel):
         ``code`` is the cell without its ``%%limits`` line, kept for completion when the cell succeeded.
         """
         self._last_outcome = _outcome_metadata(outcome)
+        if cell.snapshot:
+            self._last_outcome["snapshot"] = cell.snapshot
         if self.isolation != "none":
             self._warn_once({note: "" for note in outcome.notes}, "cellbox: note: {names}")
         run = cell.run
@@ -683,6 +688,7 @@ class _Cell:
         self.failed: dict[str, str] | None = None
         self.payload: list[Any] = []
         self.discarded = False  # stopped before it could leave its state: the next cell has the one before
+        self.snapshot: dict[str, Any] = {}  # the session's word on the state it left, for the reply's metadata
         self.user_expressions: dict[str, Any] = {}
         self.input_cancel = threading.Event()
         self._pending: tuple[str, list[str]] | None = None
@@ -702,8 +708,13 @@ class _Cell:
         to the event loop, it could come too late (the cell then read ``error``).
         Everything else goes to :meth:`message` on the event loop, in order.
         """
-        if isinstance(message, dict) and message.get("type") == "memory_error" and self.run is not None:
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "memory_error" and self.run is not None:
             self.run.note_memory_error()
+        if kind == "stream" and self.run is not None:
+            # Counted and forwarded as the pipes' output is, in the order it came with the rest.
+            self.run.add_output(str(message.get("name")), str(message.get("text", "")))
+            return
         self.loop.call_soon_threadsafe(self.message, message)
 
     def send(self, msg_type: str, content: dict[str, Any]) -> None:

@@ -613,6 +613,16 @@ class Run:
         except OSError:
             pass  # the child is gone; nothing is waiting for the answer
 
+    def add_output(self, name: str, text: str) -> None:
+        """Output the child sent as a message instead of through a pipe (``"stdout"`` or ``"stderr"``).
+
+        Call it in the thread that runs :meth:`wait` (an ``on_message`` callback):
+        it is counted against the output limit and passed to ``on_stdout`` /
+        ``on_stderr`` exactly as the pipes' output is.
+        """
+        if name in ("stdout", "stderr"):
+            self._on_output(name, text.encode("utf-8", "replace"))
+
     def note_memory_error(self) -> None:
         """Record that the child reported an uncaught MemoryError over its channel."""
         self._memory_error = True
