@@ -41,10 +41,17 @@ IOPRIO_CLASSES = {"best-effort": 2, "idle": 3}
 # ioprio_set(2) has no wrapper in glibc; the syscall number depends on the machine.
 SYS_IOPRIO_SET = {"x86_64": 251, "aarch64": 30, "i686": 289, "armv7l": 314, "ppc64le": 273, "s390x": 282}
 # Signals whose ignored state would survive exec and change how the command behaves.
+RESET_SIGNALS = ("SIGPIPE", "SIGXFSZ", "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGCHLD", "SIGXCPU")
 # File descriptors the launcher keeps for itself are moved at or above this
 # number, out of the way of the numbers the command is given (3, 4, ...).
 HIGH_FD = 100
-RESET_SIGNALS = ("SIGPIPE", "SIGXFSZ", "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGCHLD", "SIGXCPU")
+
+
+def high_fd():
+    """:data:`HIGH_FD`, or lower when the inherited RLIMIT_NOFILE would refuse it (fcntl(2) F_DUPFD: EINVAL)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return HIGH_FD if soft == resource.RLIM_INFINITY or soft > 2 * HIGH_FD else max(soft // 2, 8)
+
 
 _libc = None
 
@@ -88,6 +95,69 @@ def count_user_tasks(uid):
     return total
 
 
+# Names of the design's limits, for the notes about a limit that was capped.
+RLIMIT_WORDS = {
+    resource.RLIMIT_CPU: ("cpu_time", "RLIMIT_CPU"),
+    resource.RLIMIT_FSIZE: ("file_size", "RLIMIT_FSIZE"),
+    resource.RLIMIT_NOFILE: ("open_files", "RLIMIT_NOFILE"),
+    resource.RLIMIT_AS: ("memory", "RLIMIT_AS"),
+    resource.RLIMIT_NPROC: ("processes", "RLIMIT_NPROC"),
+}
+# Thread stacks (glibc sizes them from RLIMIT_STACK's soft limit, pthread_create(3))
+# are reserved whole under RLIMIT_AS: one per this many bytes of the memory limit,
+# between the two bounds, so 64 threads fit under 256M.
+STACK_SHARE = 128
+STACK_MIN, STACK_MAX = 1024**2, 8 * 1024**2
+
+
+def set_limit(which, soft, hard, status_fd):
+    """setrlimit(2), capped at the hard limit this process inherited, with a note when capped.
+
+    A limit the parent was given is never raised (root could; anyone else gets
+    EPERM, which used to end the run with a silent exit 126).
+    """
+    _old_soft, old_hard = resource.getrlimit(which)
+    if old_hard != resource.RLIM_INFINITY and hard > old_hard:
+        word, name = RLIMIT_WORDS.get(which, (str(which), str(which)))
+        text = f"{word}: capped at the hard limit this process inherited ({name} {old_hard}, asked for {hard})"
+        note(status_fd, text)
+        # RLIMIT_CPU keeps its second between SIGXCPU and SIGKILL where it can.
+        gap = hard - soft
+        hard = old_hard
+        soft = max(min(soft, hard - gap), min(1, hard))
+    resource.setrlimit(which, (soft, hard))
+
+
+def thread_stack_size(memory):
+    """RLIMIT_STACK's soft limit for a run with ``memory`` bytes of address space (``None``: unchanged)."""
+    if not memory:
+        return None
+    return min(max(memory // STACK_SHARE, STACK_MIN), STACK_MAX)
+
+
+M_ARENA_MAX = -8  # mallopt(3)
+ARENAS = 2  # as MALLOC_ARENA_MAX in the environment allowlist (environment.FIXED)
+
+
+def set_thread_defaults(stack):
+    """The same thread stack size and arena cap in this process as a new program gets from its start.
+
+    glibc reads RLIMIT_STACK and MALLOC_ARENA_MAX once, when a program starts:
+    a fork-server child runs the module in the server's interpreter, so it
+    sets both here (pthread_setattr_default_np(3), mallopt(3)).  Best effort.
+    """
+    lib = libc()
+    try:
+        lib.mallopt(M_ARENA_MAX, ARENAS)
+        attr = ctypes.create_string_buffer(128)  # a pthread_attr_t (56 bytes on x86_64)
+        if lib.pthread_attr_init(attr) == 0:
+            lib.pthread_attr_setstacksize(attr, ctypes.c_size_t(stack))
+            lib.pthread_setattr_default_np(attr)
+            lib.pthread_attr_destroy(attr)
+    except AttributeError:
+        pass  # not glibc
+
+
 def apply_limits(spec, status_fd):
     limits = spec["limits"]
     cpu = int(math.ceil(limits["cpu_time"]))
@@ -102,12 +172,13 @@ def apply_limits(spec, status_fd):
     if limits.get("memory"):
         wanted.append((resource.RLIMIT_AS, limits["memory"], limits["memory"]))
     for which, soft, hard in wanted:
-        old_soft, old_hard = resource.getrlimit(which)
-        if old_hard != resource.RLIM_INFINITY and hard > old_hard:
-            # Never raise a limit the parent was already given.
-            hard = old_hard
-            soft = min(soft, hard)
-        resource.setrlimit(which, (soft, hard))
+        set_limit(which, soft, hard, status_fd)
+    stack = thread_stack_size(limits.get("memory"))
+    old_soft, old_hard = resource.getrlimit(resource.RLIMIT_STACK)
+    if stack is not None and (old_soft == resource.RLIM_INFINITY or old_soft > stack):
+        # Only the soft limit: a program that needs a deeper main stack may raise it (ulimit -s).
+        resource.setrlimit(resource.RLIMIT_STACK, (stack, old_hard))
+        set_thread_defaults(stack)
     if spec.get("nproc_extra") is not None:
         uid = os.getuid() if spec.get("uid") is None else spec["uid"]
         if uid == 0:
@@ -117,7 +188,7 @@ def apply_limits(spec, status_fd):
             # ("nproc_base"): /proc here shows only the run's own.
             base = spec["nproc_base"] if spec.get("nproc_base") is not None else count_user_tasks(uid)
             n = base + spec["nproc_extra"]
-            resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+            set_limit(resource.RLIMIT_NPROC, n, n, status_fd)
 
 
 def apply_priority(spec, status_fd, exact=False):
@@ -148,7 +219,7 @@ def apply_priority(spec, status_fd, exact=False):
 
 def place_fds(moves):
     """dup2 each (source, target) pair, safely when sources and targets overlap."""
-    parked = [(fcntl.fcntl(source, fcntl.F_DUPFD_CLOEXEC, HIGH_FD), target) for source, target in moves]
+    parked = [(fcntl.fcntl(source, fcntl.F_DUPFD_CLOEXEC, high_fd()), target) for source, target in moves]
     targets = {target for _source, target in moves}
     for source, _target in moves:
         if source not in targets:
@@ -267,13 +338,27 @@ def prepare_command(spec, status_fd, exact_priority=False):
     The one implementation of the command's set-up, for the spawned launcher
     (then ``execvp``) and for a fork-server child (then the module runs in this
     interpreter).  Returns the status fd, moved high and close-on-exec.
-    Exits with 126 (after an ``exec_error`` record) when the working directory
-    or the program is out of reach; raises OSError when a step fails.
+    Exits with 126 after an ``exec_error`` record when the working directory
+    or the program is out of reach, or a step fails: the record goes to the
+    moved fd, which the caller does not know yet.
     """
     signal.set_wakeup_fd(-1)
     # Keep the status pipe out of the command's way; close-on-exec drops it.
-    inherited, status_fd = status_fd, fcntl.fcntl(status_fd, fcntl.F_DUPFD_CLOEXEC, HIGH_FD)
+    inherited, status_fd = status_fd, fcntl.fcntl(status_fd, fcntl.F_DUPFD_CLOEXEC, high_fd())
     os.close(inherited)
+    try:
+        problem = set_up_command(spec, status_fd, exact_priority)
+    except BaseException as exc:  # noqa: BLE001 - reported, never back into the caller with a stale fd
+        reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc) or repr(exc)
+        problem = f"cannot start the command: {reason}"
+    if problem:
+        emit(status_fd, {"event": "exec_error", "text": problem})
+        os._exit(126)
+    return status_fd
+
+
+def set_up_command(spec, status_fd, exact_priority):
+    """The steps of :func:`prepare_command`; returns a sentence when the command is out of reach."""
     os.setpgid(0, 0)
     for name in RESET_SIGNALS:
         signal.signal(getattr(signal, name), signal.SIG_DFL)
@@ -286,8 +371,7 @@ def prepare_command(spec, status_fd, exact_priority=False):
     apply_limits(spec, status_fd)
     problem = check_reachable(spec)
     if problem:
-        emit(status_fd, {"event": "exec_error", "text": problem})
-        os._exit(126)
+        return problem
     if spec.get("landlock"):
         try:
             apply_landlock(spec["landlock"])
@@ -295,7 +379,7 @@ def prepare_command(spec, status_fd, exact_priority=False):
             if spec["landlock"].get("required"):
                 raise
             note(status_fd, f"landlock: not applied ({exc.strerror or exc})")
-    return status_fd
+    return None
 
 
 def start_command(spec, status_fd):

@@ -93,7 +93,10 @@ class Outcome:
         return data
 
     def summary(self) -> str:
-        """One line for people: ``status=ok exit=0 wall=0.03s cpu=0.02s peak=9.1M``."""
+        """One line for people: ``status=ok exit=0 wall=0.03s cpu=0.02s peak=9.1M``.
+
+        ``killed=N`` follows when processes the program left running were killed at its end.
+        """
         from .limits import format_size
 
         ended = f"signal={self.signal}" if self.signal else f"exit={self.exit_code}"
@@ -101,6 +104,8 @@ class Outcome:
             f"status={self.status.value} {ended} wall={self.wall_time:.2f}s "
             f"cpu={self.cpu_time:.2f}s peak={format_size(self.peak_memory)}"
         )
+        if self.killed_processes:
+            line += f" killed={self.killed_processes}"
         if self.truncated:
             line += " (output truncated)"
         if self.as_root:

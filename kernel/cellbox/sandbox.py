@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from .environment import TaskDirectory, build_environment
 from .isolation import BWRAP_LAYERS, Isolation, Plan, bwrap_prefix, count_user_tasks, landlock_rules, make_plan, probe
-from .limits import Limits
+from .limits import Limits, format_size
 from .outcome import Outcome, Status
 
 if TYPE_CHECKING:
@@ -148,6 +148,15 @@ class _PidsCgroup:
                     except OSError:
                         pass
                 time.sleep(0.02)
+
+    def refused(self) -> bool:
+        """``True`` when a fork or a thread was refused at ``pids.max`` (the ``max`` count of ``pids.events``)."""
+        try:
+            events = (self.path / "pids.events").read_text().split()
+        except OSError:
+            return False
+        counts = dict(zip(events[::2], events[1::2], strict=False))
+        return counts.get("max", "0") != "0"
 
     def remove_later(self) -> None:
         """Remove it in the background: rmdir(2) of a cgroup takes milliseconds no run's result should wait for."""
@@ -790,6 +799,7 @@ class Run:
                 record["exit_code"] = os.WEXITSTATUS(wait_status)
         signum = record.get("signal")
         peak = int(record.get("peak_kib", 0)) * 1024
+        reservation = self._reservation(stderr)
         status = classify(
             parent_action=self._parent_action,
             exit_code=record.get("exit_code"),
@@ -797,8 +807,14 @@ class Run:
             command_cpu=float(record.get("command_cpu", 0.0)),
             peak_memory=peak,
             limits=self.limits,
-            memory_error=self._memory_error or _ends_in_memory_error(stderr),
+            memory_error=self._memory_error or _ends_in_memory_error(stderr) or reservation is not None,
         )
+        if status is Status.MEMORY_LIMIT and reservation is not None and self.limits.memory:
+            self._notes.append(
+                f"memory: the program could not reserve address space under its {format_size(self.limits.memory)} "
+                f"limit ({reservation}); RLIMIT_AS counts what is reserved (thread stacks, a JIT's code range), "
+                "not only what is used"
+            )
         return Outcome(
             status=status,
             exit_code=record.get("exit_code"),
@@ -815,6 +831,23 @@ class Run:
             as_root=self.as_root,
             limits=self.limits.as_dict(),
         )
+
+    def _reservation(self, stderr: str) -> str | None:
+        """A failure to reserve memory under the memory limit that ``stderr`` reports, or ``None``.
+
+        A thread that cannot start is put down to the processes limit instead
+        when the run's pids cgroup counted a refused fork (``pids.events``,
+        cgroup-v1/pids.rst).
+        """
+        phrase = _failed_reservation(stderr) if self.limits.memory else None
+        if phrase != "can't start new thread":
+            return phrase
+        if self._cgroup is None:
+            return f"{phrase}, or the processes limit: RLIMIT_NPROC refuses a thread the same way"
+        if self._cgroup.refused():
+            self._notes.append(f"processes: the run reached its limit of {self.limits.processes} processes and threads")
+            return None
+        return phrase
 
     def _cleanup(self) -> None:
         for name in ("_control_w", "_status_r", "_wake_r", "_wake_w", "_channel_r", "_reply_w"):
@@ -897,6 +930,26 @@ _LIBRARY_OUT_OF_MEMORY = (
     "OpenBLAS error: Memory allocation still failed",
     "failed to map segment from shared object",
 )
+
+
+# What programs print when RLIMIT_AS refuses to *reserve* address space they
+# may never use: a thread's stack (Python's "can't start new thread"; with the
+# processes limit hit it reads the same, so the pids cgroup is asked first), a
+# JIT's code range (V8: "Fatal process OOM in Failed to reserve virtual memory
+# for CodeRange"), a runtime's heap (the JVM, Go).
+_RESERVATION_FAILURES = (
+    "can't start new thread",
+    "Failed to reserve virtual memory",
+    "Could not reserve enough space for",
+    "There is insufficient memory for the Java Runtime Environment",
+    "fatal error: out of memory",
+)
+
+
+def _failed_reservation(stderr: str) -> str | None:
+    """The phrase of :data:`_RESERVATION_FAILURES` in the tail of ``stderr``, or ``None``."""
+    tail = stderr[-4096:]
+    return next((phrase for phrase in _RESERVATION_FAILURES if phrase in tail), None)
 
 
 def _ends_in_memory_error(stderr: str) -> bool:
