@@ -15,8 +15,9 @@ out of it:
 * the **command**, forked from it: its own process group, rlimits
   (setrlimit(2)), nice, I/O class, optional user switch, then ``execvp``.
 
-Protocol, JSON lines on the status pipe: ``{"event": "note", "text": ...}``,
-``{"event": "exec_error", "text": ...}`` and finally ``{"event": "exit", ...}``.
+Protocol, JSON lines on the status pipe: ``{"event": "command", "pid": ...}``,
+``{"event": "note", "text": ...}``, ``{"event": "exec_error", "text": ...}`` and
+finally ``{"event": "exit", ...}``.
 """
 
 import ctypes
@@ -35,6 +36,7 @@ import sys
 import warnings  # noqa: F401
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
 IOPRIO_WHO_PROCESS = 1
 IOPRIO_CLASS_SHIFT = 13
 IOPRIO_CLASSES = {"best-effort": 2, "idle": 3}
@@ -272,6 +274,7 @@ LANDLOCK_READ = 1 << 0 | 1 << 2 | 1 << 3  # EXECUTE, READ_FILE, READ_DIR
 LANDLOCK_FILE_ONLY = 1 << 0 | 1 << 1 | 1 << 2 | 1 << 14 | 1 << 15  # rights a rule on a file may hold
 LANDLOCK_NET_TCP = 1 << 0 | 1 << 1  # BIND_TCP, CONNECT_TCP (ABI 4)
 LANDLOCK_SCOPES = 1 << 0 | 1 << 1  # ABSTRACT_UNIX_SOCKET, SIGNAL (ABI 6)
+LANDLOCK_SCOPE_SIGNAL = 1 << 1
 
 
 class _PathBeneath(ctypes.Structure):
@@ -283,7 +286,7 @@ def apply_landlock(rules):
     """Restrict this process and everything it starts to ``rules`` (landlock(7)).
 
     ``rules`` has ``read`` and ``write`` path lists, ``deny_tcp`` and
-    ``scope``.  Raises OSError when the kernel refuses.
+    ``scope``.  Returns the kernel's Landlock ABI; raises OSError when the kernel refuses.
     """
     lib = libc()
     abi = lib.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), LANDLOCK_CREATE_RULESET_VERSION)
@@ -309,6 +312,7 @@ def apply_landlock(rules):
             raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
     finally:
         os.close(ruleset)
+    return abi
 
 
 def add_landlock_rule(ruleset, path, rights):
@@ -372,14 +376,47 @@ def set_up_command(spec, status_fd, exact_priority):
     problem = check_reachable(spec)
     if problem:
         return problem
+    scoped = False
     if spec.get("landlock"):
         try:
-            apply_landlock(spec["landlock"])
+            scoped = apply_landlock(spec["landlock"]) >= 6 and bool(spec["landlock"].get("scope"))
         except OSError as exc:
             if spec["landlock"].get("required"):
                 raise
             note(status_fd, f"landlock: not applied ({exc.strerror or exc})")
+    if spec.get("signal_scope") and not scoped:
+        apply_signal_scope(status_fd)
     return None
+
+
+def apply_signal_scope(status_fd):
+    """Keep the command's signals (and ptrace) inside its run, in every isolation mode.
+
+    A Landlock domain that handles no file or network access, only the
+    signal scope (landlock(7), ABI 6, Linux 6.12): the command and everything
+    it starts can no longer signal the supervisor or the parent, nor ptrace
+    them (a Landlock domain never may ptrace outside itself).  Needs
+    ``no_new_privs`` (set-user-ID programs then run without their powers) or,
+    for root, CAP_SYS_ADMIN.  A note says why when the kernel cannot.
+    """
+    lib = libc()
+    abi = lib.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), LANDLOCK_CREATE_RULESET_VERSION)
+    if abi < 6:
+        why = "the kernel has no Landlock" if abi < 1 else f"the kernel's Landlock is ABI {abi}, not 6 (Linux 6.12)"
+        note(status_fd, f"signal-scope: not applied ({why}); the program can signal its supervisor")
+        return
+    attr = (ctypes.c_uint64 * 3)(0, 0, LANDLOCK_SCOPE_SIGNAL)
+    ruleset = lib.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), 0)
+    if ruleset < 0:
+        note(status_fd, f"signal-scope: not applied ({os.strerror(ctypes.get_errno())})")
+        return
+    try:
+        if os.geteuid() != 0 and lib.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            note(status_fd, f"signal-scope: not applied (no_new_privs: {os.strerror(ctypes.get_errno())})")
+        elif lib.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
+            note(status_fd, f"signal-scope: not applied ({os.strerror(ctypes.get_errno())})")
+    finally:
+        os.close(ruleset)
 
 
 def start_command(spec, status_fd):
@@ -540,10 +577,16 @@ class Supervisor:
 
 
 def become_subreaper(status_fd):
-    """Make this process a child subreaper (prctl(2)); say so on the status pipe when it cannot."""
+    """Make this process a child subreaper (prctl(2)); say so on the status pipe when it cannot.
+
+    Also makes it not dumpable (PR_SET_DUMPABLE 0): a program of the same
+    user can then neither ptrace it nor read its ``/proc/PID/mem`` or
+    ``environ`` (proc(5)); the command's own exec makes the command dumpable again.
+    """
     try:
         if libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
             note(status_fd, "subreaper: prctl failed; a setsid daemon may escape the kill")
+        libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     except (OSError, AttributeError):
         note(status_fd, "subreaper: not available; a setsid daemon may escape the kill")
 
@@ -563,6 +606,8 @@ def supervisor_signals():
 
 def supervise(spec, status_fd, control_fd, child, wake_r, command_fds):
     """Drop the command's streams, then supervise ``child`` to its end and report."""
+    # The parent's way to the run's processes should this supervisor be killed before it reports.
+    emit(status_fd, {"event": "command", "pid": child})
     # The supervisor keeps none of the command's streams, so the parent sees
     # end-of-file as soon as the command's processes are gone.
     devnull = os.open(os.devnull, os.O_RDWR)

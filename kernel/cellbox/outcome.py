@@ -62,6 +62,9 @@ class Outcome:
         killed_processes: how many processes were still running at the end and were killed.
         as_root: ``True`` when the command ran as root, which a sandbox cannot contain.
         limits: the limits the run had, as a dict.
+        supervisor_lost: ``True`` when the run's supervisor ended without its report (killed,
+            perhaps by the program): ``killed_processes`` then counts what the parent found and
+            killed, and processes may have escaped (the notes say so).
     """
 
     status: Status
@@ -78,6 +81,7 @@ class Outcome:
     killed_processes: int = 0
     as_root: bool = False
     limits: dict[str, Any] = dataclasses.field(default_factory=dict)
+    supervisor_lost: bool = False
 
     @property
     def ok(self) -> bool:

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import atexit
 import codecs
+import functools
 import json
 import os
 import pwd
 import queue
 import re
+import select
 import selectors
 import signal
 import subprocess
@@ -41,7 +43,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .environment import TaskDirectory, build_environment
-from .isolation import BWRAP_LAYERS, Isolation, Plan, bwrap_prefix, count_user_tasks, landlock_rules, make_plan, probe
+from .isolation import (
+    BWRAP_LAYERS,
+    Isolation,
+    Plan,
+    bwrap_prefix,
+    count_user_tasks,
+    landlock_abi,
+    landlock_rules,
+    make_plan,
+    probe,
+)
 from .limits import Limits, format_size
 from .outcome import Outcome, Status
 
@@ -148,6 +160,13 @@ class _PidsCgroup:
                     except OSError:
                         pass
                 time.sleep(0.02)
+
+    def pids(self) -> list[int]:
+        """The processes in the cgroup now (``cgroup.procs``); empty once it is gone."""
+        try:
+            return [int(line) for line in (self.path / "cgroup.procs").read_text().split()]
+        except OSError:
+            return []
 
     def refused(self) -> bool:
         """``True`` when a fork or a thread was refused at ``pids.max`` (the ``max`` count of ``pids.events``)."""
@@ -295,13 +314,34 @@ class _Forked:
         self.stdout = os.fdopen(stdout, "rb", buffering=0)
         self.stderr = os.fdopen(stderr, "rb", buffering=0)
         self.returncode: int | None = None
+        # A pidfd (pidfd_open(2)) names this very process even after the fork
+        # server reaps it and its pid is reused, and polls readable once it has exited.
+        try:
+            self.pidfd: int | None = os.pidfd_open(pid)
+        except OSError:
+            self.pidfd = None
 
     def kill(self) -> None:
         if self.returncode is None:
             try:
-                os.kill(self.pid, signal.SIGKILL)
+                if self.pidfd is not None:
+                    signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+                else:
+                    os.kill(self.pid, signal.SIGKILL)
             except OSError:
                 pass
+
+    def wait_exit(self, timeout: float) -> bool:
+        """Wait until the supervisor has exited, up to ``timeout`` seconds; ``False`` if it has not."""
+        if self.pidfd is None:
+            return True  # nothing to wait with; its exit record is all there is
+        ready, _, _ = select.select([self.pidfd], [], [], timeout)
+        return bool(ready)
+
+    def close(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
 
 
 class Run:
@@ -370,6 +410,10 @@ class Run:
             self.task.open_to(uid, gid)
             self._isolation.append(f"user:{name}")
         self.as_root = (spec.get("uid", os.geteuid())) == 0
+        # The command may not signal or ptrace its supervisor or this process, in every mode (Landlock ABI 6).
+        spec["signal_scope"] = True
+        if _signal_scope_available():
+            self._isolation.append("signal-scope")
         self.proc: subprocess.Popen[bytes] | _Forked
         self._setup_processes_limit(spec)
         prefix = self._isolate(plan, spec, argv, child_env) if plan is not None else []
@@ -601,8 +645,14 @@ class Run:
         try:
             record, exec_error = self._pump()
             self._reported = record is not None
+            if record is None and self._swept is None:
+                self._sweep()
             if isinstance(self.proc, _Forked):
                 # Not our child: its exit record is the report; none means it was killed.
+                # Either way the Outcome waits for its exit, as it does for a spawned launcher.
+                if not self.proc.wait_exit(KILL_GRACE):
+                    self.proc.kill()
+                    self.proc.wait_exit(KILL_GRACE)
                 wait_status = 0 if record is not None else signal.SIGKILL
                 self.proc.returncode = 0 if record is not None else -signal.SIGKILL
             else:
@@ -636,6 +686,8 @@ class Run:
             now = time.monotonic()
             with self._lock:
                 kill_at = self._kill_at
+            if give_up_at is not None and now >= give_up_at and (record is not None or self._swept is not None):
+                break  # the tree is dead; what still holds the output left it and is not waited for
             if self._parent_action is None and now >= self.deadline:
                 self.kill(Status.TIMED_OUT)
                 continue
@@ -678,6 +730,10 @@ class Run:
                 if not data:
                     sel.unregister(key.fd)
                     open_count -= 1
+                if not data and name == "status" and record is None and self._swept is None:
+                    # The supervisor is gone without its report: nobody kills the tree but us.
+                    self._sweep()
+                    give_up_at = time.monotonic() + KILL_GRACE
             if record is not None and give_up_at is None:
                 # The launcher has reported and killed what was left; output
                 # still held by something outside its tree is not waited for.
@@ -740,6 +796,10 @@ class Run:
                 self._isolation.remove("subreaper")
             if str(message.get("text")).startswith("landlock:") and "landlock" in self._isolation:
                 self._isolation.remove("landlock")
+            if str(message.get("text")).startswith("signal-scope:") and "signal-scope" in self._isolation:
+                self._isolation.remove("signal-scope")
+        elif event == "command" and isinstance(message.get("pid"), int):
+            self._command_pid = message["pid"]
         elif event == "exec_error":
             exec_error = str(message.get("text"))
         elif event == "exit":
@@ -768,6 +828,39 @@ class Run:
             self.truncated = True
             self.kill(Status.OUTPUT_LIMIT)
 
+    def _sweep(self) -> None:
+        """Kill what is left of a run whose supervisor ended without its exit record.
+
+        Its processes are found by what they cannot leave without trying: the
+        supervisor's session (the launcher's pid), the command's process group,
+        the run's pids cgroup, and their descendants (proc(5): ``stat``
+        fields 4, 5, 6).  A process that left all of these (``setsid`` in a
+        double fork, as root a move out of the cgroup) cannot be told from
+        any other, so the run's notes say processes may have escaped.  With the
+        ``pid`` layer, the kernel has killed the namespace with its init.
+        """
+        session = self.proc.pid
+        group = self._command_pid if "pid" not in self._isolation else None
+        killed: set[int] = set()
+        for _ in range(50):
+            cgroup = set(self._cgroup.pids()) if self._cgroup is not None else set()
+            found = _run_processes(session, group, cgroup) - {os.getpid()}
+            if not found:
+                break
+            for pid in found:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            killed |= found
+            time.sleep(0.01)
+        self._swept = len(killed - {self.proc.pid})
+        self._notes.append(
+            f"the run's supervisor ended without reporting (killed, perhaps by the program): cellbox killed the "
+            f"{self._swept} processes of the run it could still find; processes that left the run's session "
+            "may have escaped"
+        )
+
     def _force_kill(self) -> None:
         """The launcher did not finish in time: kill its group (the tree's own kill already ran)."""
         self._notes.append("the launcher did not report in time and was killed")
@@ -784,6 +877,8 @@ class Run:
 
     truncated = False
     _reported = False  # the launcher sent its exit record: it killed the whole tree first
+    _command_pid: int | None = None  # the command's pid (and group), as the supervisor reported it
+    _swept: int | None = None  # processes killed by the parent after the supervisor was lost
 
     def _outcome(self, record: dict[str, Any] | None, exec_error: str | None, wait_status: int) -> Outcome:
         wall = time.monotonic() - self.started
@@ -827,8 +922,9 @@ class Run:
             truncated=self.truncated,
             isolation=tuple(self._isolation),
             notes=tuple(dict.fromkeys(self._notes)),
-            killed_processes=int(record.get("killed", 0)),
+            killed_processes=int(record.get("killed", 0)) if self._swept is None else self._swept,
             as_root=self.as_root,
+            supervisor_lost=self._swept is not None,
             limits=self.limits.as_dict(),
         )
 
@@ -859,6 +955,8 @@ class Run:
                     pass
                 setattr(self, name, None)
         proc = getattr(self, "proc", None)
+        if isinstance(proc, _Forked):
+            proc.close()
         if proc is not None:
             for stream in (proc.stdout, proc.stderr):
                 if stream is not None:
@@ -908,6 +1006,38 @@ def _stop_launcher(proc: subprocess.Popen[bytes] | _Forked) -> None:
         time.sleep(0.01)
     proc.kill()
     proc.returncode = -signal.SIGKILL
+
+
+@functools.cache
+def _signal_scope_available() -> bool:
+    """``True`` when the kernel's Landlock has the signal scope (ABI 6, Linux 6.12)."""
+    return landlock_abi() >= 6
+
+
+def _run_processes(session: int, group: int | None, cgroup: set[int]) -> set[int]:
+    """Live processes in ``session``, in process group ``group`` or in ``cgroup``, and all their descendants."""
+    parents: dict[int, int] = {}
+    found = set(cgroup)
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        pid = int(name)
+        if fields[0] == b"Z":
+            continue
+        parents[pid] = int(fields[1])
+        if int(fields[3]) == session or (group is not None and int(fields[2]) == group):
+            found.add(pid)
+    grew = True
+    while grew:
+        more = {pid for pid, parent in parents.items() if parent in found and pid not in found}
+        found |= more
+        grew = bool(more)
+    return found & set(parents)
 
 
 def _writable_by(path: str, uid: int, groups: Sequence[int]) -> bool:
