@@ -275,6 +275,7 @@ LANDLOCK_FILE_ONLY = 1 << 0 | 1 << 1 | 1 << 2 | 1 << 14 | 1 << 15  # rights a ru
 LANDLOCK_NET_TCP = 1 << 0 | 1 << 1  # BIND_TCP, CONNECT_TCP (ABI 4)
 LANDLOCK_SCOPES = 1 << 0 | 1 << 1  # ABSTRACT_UNIX_SOCKET, SIGNAL (ABI 6)
 LANDLOCK_SCOPE_SIGNAL = 1 << 1
+LANDLOCK_MAKE_DEVICE = 1 << 6 | 1 << 11  # MAKE_CHAR, MAKE_BLOCK
 
 
 class _PathBeneath(ctypes.Structure):
@@ -303,7 +304,8 @@ def apply_landlock(rules):
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
     try:
-        for rights, paths in ((LANDLOCK_READ, rules["read"]), (handled, rules["write"])):
+        # Writable places get every right but making device nodes (a block device of the root disk, as root).
+        for rights, paths in ((LANDLOCK_READ, rules["read"]), (handled & ~LANDLOCK_MAKE_DEVICE, rules["write"])):
             for path in paths:
                 add_landlock_rule(ruleset, path, rights & handled)
         if libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
@@ -372,6 +374,8 @@ def set_up_command(spec, status_fd, exact_priority):
     place_fds(spec.get("fds", []))
     apply_priority(spec, status_fd, exact=exact_priority)
     switch_user(spec)
+    if spec.get("no_new_privs") and libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "no_new_privs could not be set")
     apply_limits(spec, status_fd)
     problem = check_reachable(spec)
     if problem:

@@ -539,7 +539,9 @@ class Run:
         """The bwrap command in front of the launcher, the Landlock rules, and the run's report of the layers."""
         programs = [sys.executable, str(argv[0])]
         prefix: list[str] = []
-        if set(plan.layers) & set(BWRAP_LAYERS):
+        # Isolated runs never regain powers through a set-user-ID program (prctl(2) PR_SET_NO_NEW_PRIVS).
+        spec["no_new_privs"] = True
+        if set(plan.layers) & set(BWRAP_LAYERS) and probe().bwrap is not None:
             prefix = bwrap_prefix(
                 plan,
                 probe(),
