@@ -20,6 +20,7 @@ import pytest
 
 from cellbox.cli import main
 from cellbox.outcome import STATUS_EXIT_CODES, Status
+from cellbox.sandbox import pids_cgroup_root
 from sandboxkit import DESIGN_KEYS, marker, survivors
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -307,3 +308,77 @@ def test_script_ctrl_c_kills_the_run_and_exits_130() -> None:
     assert proc.returncode == 130
     assert err.splitlines()[-1] == "cellbox run: interrupted"
     assert survivors(mark) == []
+
+
+# ---------------------------------------------------------------- limits this process was given, and the status line
+
+
+CAPPED = "capped at the hard limit this process inherited"
+
+
+def run_in_shell(shell: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run ``shell`` with bash, ``$CELLBOX`` the installed script; stderr merged into stdout, as a terminal shows it."""
+    return subprocess.run(
+        ["bash", "-c", shell],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "CELLBOX": str(CELLBOX)},
+        timeout=timeout,
+        cwd="/tmp",
+    )
+
+
+def test_nested_run_under_a_lower_process_hard_limit_runs(tmp_path: Path) -> None:
+    # The launcher asked RLIMIT_NPROC for more than the hard limit it inherited:
+    # for a normal user that was a silent exit 126 with no output.
+    result = run_in_shell('ulimit -u 60; exec "$CELLBOX" run --isolation none -- /bin/echo hi')
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.startswith("hi\ncellbox: status=ok exit=0 ")
+    if not IS_ROOT and pids_cgroup_root() is None:
+        assert f"cellbox: note: processes: {CAPPED} (RLIMIT_NPROC 60, " in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("ulimit", "rlimit", "expected", "note"),
+    [
+        ("-n 100", "RLIMIT_NOFILE", "(100, 100)", f"open_files: {CAPPED} (RLIMIT_NOFILE 100, asked for 256)"),
+        ("-t 5", "RLIMIT_CPU", "(4, 5)", f"cpu_time: {CAPPED} (RLIMIT_CPU 5, asked for 31)"),
+    ],
+    ids=["open_files", "cpu_time"],
+)
+def test_limit_above_the_inherited_hard_limit_is_capped_with_a_note(
+    ulimit: str, rlimit: str, expected: str, note: str
+) -> None:
+    code = f"import resource; print(resource.getrlimit(resource.{rlimit}))"
+    shell = f'ulimit {ulimit}; exec "$CELLBOX" run --json --isolation none -- {sys.executable} -c "{code}"'
+    result = run_in_shell(shell)
+    outcome = json.loads(result.stdout)
+    assert outcome["status"] == "ok", outcome["stderr"]
+    assert outcome["stdout"] == expected + "\n"
+    assert note in outcome["notes"]
+
+
+def test_status_line_counts_the_processes_left_running() -> None:
+    mark = marker()
+    result = run_in_shell(f'"$CELLBOX" run --isolation none -- sh -c "sleep 100 & sleep 100 & echo started # {mark}"')
+    assert result.returncode == 0
+    [line] = status_lines(result.stdout)
+    assert line.startswith("cellbox: status=ok exit=0 ")
+    assert " killed=2" in line
+    assert survivors(mark) == []
+
+
+def test_status_line_starts_its_own_line_after_truncated_output() -> None:
+    result = run_in_shell(f"\"$CELLBOX\" run --output 10 -- {sys.executable} -c 'print(\"x\" * 100)'")
+    assert result.returncode == STATUS_EXIT_CODES[Status.OUTPUT_LIMIT]
+    lines = result.stdout.splitlines()
+    assert lines[0] == "x" * 10
+    assert lines[1].startswith("cellbox: status=output_limit ")
+
+
+def test_status_line_starts_its_own_line_after_stderr_without_a_newline() -> None:
+    result = run_in_shell('"$CELLBOX" run --isolation none -- sh -c "printf oops >&2"')
+    assert result.stdout.splitlines()[:2] == ["oops", result.stdout.splitlines()[1]]
+    assert result.stdout.splitlines()[1].startswith("cellbox: status=ok exit=0 ")

@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import types
@@ -464,7 +465,8 @@ def test_missing_bwrap_is_named_for_each_layer_it_would_give(tmp_path: Path) -> 
     landlock = ["landlock"] if support.available("landlock") else []  # needs no bwrap
     assert plan.layers == landlock
     assert plan.notes[0].startswith("net: isolation layer not active: bwrap cannot start here")
-    assert [note.split(":")[0] for note in plan.notes] == [layer for layer in LAYERS if layer not in landlock]
+    missing = [layer for layer in LAYERS if layer not in landlock]
+    assert [note.split(":")[0] for note in plan.notes if "isolation layer not active" in note] == missing
 
 
 def test_strict_run_without_a_layer_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -701,3 +703,54 @@ def test_adversarial_tests_run_again_isolated_and_unchanged_in_their_own_module(
     marks = [m.name for name in ADVERSARIAL for m in getattr(getattr(adversarial, name), "pytestmark", [])]
     assert "usefixtures" not in marks
     assert not set(run_python("print(1)").isolation) & set(LAYERS)
+
+
+# --------------------------------------------------------------------------- root without bubblewrap
+
+ROOT_WITHOUT_POWERS = """
+import ctypes, os, stat
+libc = ctypes.CDLL(None)
+print("uid", os.getuid(), os.geteuid())
+with open("/proc/self/status") as f:
+    fields = dict(line.split(":", 1) for line in f)
+print("caps", fields["CapEff"].strip(), "no_new_privs", fields["NoNewPrivs"].strip())
+for name, attempt in (
+    ("shadow", lambda: open("/etc/shadow").read(1)),
+    ("shm", lambda: open("/dev/shm/cellbox-test-left", "w").write("x")),
+    ("device", lambda: os.mknod("disk", stat.S_IFBLK | 0o600, os.makedev(8, 0))),
+    ("parent-environ", lambda: open(f"/proc/{PARENT}/environ", "rb").read(1)),
+):
+    try:
+        attempt()
+        print(name, "done")
+    except OSError as exc:
+        print(name, type(exc).__name__)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="checks a run of root")
+def test_root_run_without_bubblewrap_keeps_no_powers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on PATH
+    monkeypatch.setattr("cellbox.isolation.BWRAP_FALLBACK", str(tmp_path / "bwrap"))  # nor where Debian puts it
+    code = ROOT_WITHOUT_POWERS.replace("PARENT", str(os.getpid()))
+    # Debian's Python and a folder open to all: without the fs layer nobody must reach them by itself.
+    with tempfile.TemporaryDirectory(dir="/tmp") as work:
+        os.chmod(work, 0o1777)
+        outcome = run(["/usr/bin/python3", "-c", code], isolation="auto", cwd=work)
+    assert outcome.status is Status.OK, outcome.stderr
+    nobody = pwd.getpwnam(UNPRIVILEGED_USER).pw_uid
+    assert outcome.stdout.splitlines() == [
+        f"uid {nobody} {nobody}",
+        "caps 0000000000000000 no_new_privs 1",
+        "shadow PermissionError",
+        "shm PermissionError",
+        "device PermissionError",
+        "parent-environ PermissionError",
+    ]
+    assert not outcome.as_root
+    assert {"user", "landlock", "signal-scope"} <= set(outcome.isolation)
+    assert not {"net", "pid", "fs"} & set(outcome.isolation)
+    assert "net: without the net layer, UDP and unix sockets still reach the host (Landlock refuses TCP only)" in (
+        outcome.notes
+    )
+    assert not os.path.exists("/dev/shm/cellbox-test-left")

@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from cellbox.limits import Limits
 from cellbox.outcome import Status
-from cellbox.sandbox import run
+from cellbox.sandbox import pids_cgroup_root, run
 from sandboxkit import FORK_UNTIL_REFUSED, marker, rss_bytes, run_python, survivors
 
 # --------------------------------------------------------------------------- CPU
@@ -87,6 +89,58 @@ def test_one_huge_allocation_is_memory_limit_at_once() -> None:
 def test_memory_error_text_printed_by_a_successful_program_is_not_a_limit() -> None:
     outcome = run_python("print('MemoryError')")
     assert outcome.status is Status.OK
+
+
+# Starts COUNT threads that wait, as a thread pool or a web server would.
+THREADS = """
+    import threading
+    done = threading.Event()
+    threads = [threading.Thread(target=done.wait, daemon=True) for _ in range(COUNT)]
+    for thread in threads:
+        thread.start()
+    done.set()
+    print("started", len(threads))
+"""
+
+
+def test_sixty_four_threads_fit_under_256M() -> None:
+    # Each thread's stack and malloc arena are reserved under RLIMIT_AS: a
+    # default 8 MiB stack and a 64 MiB arena each made this fail after a few.
+    outcome = run_python(THREADS.replace("COUNT", "64"), limits=Limits(memory=256 * 1024**2))
+    assert outcome.status is Status.OK, outcome.stderr[-500:]
+    assert outcome.stdout == "started 64\n"
+
+
+def test_thread_that_cannot_reserve_its_stack_is_memory_limit_with_a_note() -> None:
+    # 2,000 stacks of 2 MiB cannot be reserved under 256M; the processes limit allows them.
+    limits = Limits(memory=256 * 1024**2, processes=4000)
+    outcome = run_python(THREADS.replace("COUNT", "2000"), limits=limits)
+    assert outcome.status is Status.MEMORY_LIMIT, outcome.stderr[-500:]
+    assert "can't start new thread" in outcome.stderr
+    reserved = "memory: the program could not reserve address space under its 256M limit"
+    assert any(note.startswith(reserved) for note in outcome.notes)
+
+
+def test_jit_that_cannot_reserve_its_code_range_is_memory_limit(
+    require_tool: Callable[..., str], tmp_path: Path
+) -> None:
+    node = require_tool("node", install="apt-get install nodejs")
+    script = tmp_path / "hello.js"
+    script.write_text('console.log("hello")\n')
+    # V8 reserves its code range and heap cage up front and aborts with SIGTRAP
+    # when RLIMIT_AS refuses: the memory limit, not a crash.
+    outcome = run([node, str(script)], limits=Limits(memory=256 * 1024**2, wall_time=20))
+    assert outcome.status is Status.MEMORY_LIMIT, outcome.stderr[-500:]
+    assert "Failed to reserve virtual memory" in outcome.stderr
+    assert any("under its 256M limit" in note for note in outcome.notes)
+
+
+def test_thread_refused_by_the_processes_limit_is_not_memory_limit() -> None:
+    if pids_cgroup_root() is None:
+        pytest.skip("no writable pids cgroup: RLIMIT_NPROC and RLIMIT_AS refuse a thread the same way")
+    outcome = run_python(THREADS.replace("COUNT", "64"), limits=Limits(processes=20, memory=1024**3))
+    assert outcome.status is Status.ERROR
+    assert "processes: the run reached its limit of 20 processes and threads" in outcome.notes
 
 
 # --------------------------------------------------------------------------- processes

@@ -486,3 +486,16 @@ print(shell.channel is channel, shell.run_cell("1 + 1").result)
 def test_warm_up_that_fails_leaves_no_half_made_shell_for_the_cell() -> None:
     done = subprocess.run([sys.executable, "-c", FAILED_WARM_UP], capture_output=True, text=True)
     assert (done.stdout, done.returncode) == ("True 2\n", 0), done.stderr
+
+
+def test_outcome_of_a_forked_run_comes_after_its_processes_are_reaped(server: ForkServer) -> None:
+    # The session's keeper supervises: its exit record comes after it has reaped the command and
+    # killed the rest (a multiprocessing pool's workers among them), so nothing of the run is left.
+    code = "import multiprocessing as m\nif __name__ == '__main__':\n    print(sum(m.Pool(2).map(abs, range(10))))"
+    for _ in range(10):
+        running = start([sys.executable, "-m", "cellbox._testprog", code], forkserver=server, limits=FORKED_LIMITS)
+        command = running.proc.pid  # the session has no pid namespace here: a pid of ours
+        outcome = running.wait()
+        assert outcome.status is Status.OK, outcome.stderr
+        assert "forkserver" in outcome.isolation
+        assert not os.path.exists(f"/proc/{command}")

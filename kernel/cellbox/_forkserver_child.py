@@ -474,6 +474,19 @@ def fork_run(sock, request, fds):
     return None
 
 
+def signal_scope_problem():
+    """Enter a Landlock domain that only scopes signals (``_launch.apply_signal_scope``); why not, or ``None``."""
+    read_end, write_end = os.pipe()
+    try:
+        _launch.apply_signal_scope(write_end)
+    finally:
+        os.close(write_end)
+    text = os.read(read_end, 65536).decode(errors="replace")
+    os.close(read_end)
+    notes = [json.loads(line).get("text", "") for line in text.splitlines() if line.strip()]
+    return "; ".join(notes) or None
+
+
 def start_base(sock, config):
     """In ``S0``: join the session's Landlock domain, build the warm shell, say hello, serve."""
     set_dumpable(True)
@@ -490,6 +503,9 @@ def start_base(sock, config):
             if landlock.get("required"):
                 os._exit(1)
             problem = f"landlock: not applied ({exc.strerror or exc})"
+    else:
+        # No Landlock layer: the session's runs still may not signal or trace the keeper.
+        problem = signal_scope_problem()
     warmed = warm(config.get("warm"))
     size, _resident = vm_size()
     send_json(sock, {"event": "snapshot", "pid": os.getpid(), "landlock": problem, "warmed": warmed, "vm_size": size})

@@ -15,8 +15,9 @@ out of it:
 * the **command**, forked from it: its own process group, rlimits
   (setrlimit(2)), nice, I/O class, optional user switch, then ``execvp``.
 
-Protocol, JSON lines on the status pipe: ``{"event": "note", "text": ...}``,
-``{"event": "exec_error", "text": ...}`` and finally ``{"event": "exit", ...}``.
+Protocol, JSON lines on the status pipe: ``{"event": "command", "pid": ...}``,
+``{"event": "note", "text": ...}``, ``{"event": "exec_error", "text": ...}`` and
+finally ``{"event": "exit", ...}``.
 """
 
 import ctypes
@@ -35,16 +36,24 @@ import sys
 import warnings  # noqa: F401
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
 IOPRIO_WHO_PROCESS = 1
 IOPRIO_CLASS_SHIFT = 13
 IOPRIO_CLASSES = {"best-effort": 2, "idle": 3}
 # ioprio_set(2) has no wrapper in glibc; the syscall number depends on the machine.
 SYS_IOPRIO_SET = {"x86_64": 251, "aarch64": 30, "i686": 289, "armv7l": 314, "ppc64le": 273, "s390x": 282}
 # Signals whose ignored state would survive exec and change how the command behaves.
+RESET_SIGNALS = ("SIGPIPE", "SIGXFSZ", "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGCHLD", "SIGXCPU")
 # File descriptors the launcher keeps for itself are moved at or above this
 # number, out of the way of the numbers the command is given (3, 4, ...).
 HIGH_FD = 100
-RESET_SIGNALS = ("SIGPIPE", "SIGXFSZ", "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGCHLD", "SIGXCPU")
+
+
+def high_fd():
+    """:data:`HIGH_FD`, or lower when the inherited RLIMIT_NOFILE would refuse it (fcntl(2) F_DUPFD: EINVAL)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return HIGH_FD if soft == resource.RLIM_INFINITY or soft > 2 * HIGH_FD else max(soft // 2, 8)
+
 
 _libc = None
 
@@ -88,6 +97,74 @@ def count_user_tasks(uid):
     return total
 
 
+# Names of the design's limits, for the notes about a limit that was capped.
+RLIMIT_WORDS = {
+    resource.RLIMIT_CPU: ("cpu_time", "RLIMIT_CPU"),
+    resource.RLIMIT_FSIZE: ("file_size", "RLIMIT_FSIZE"),
+    resource.RLIMIT_NOFILE: ("open_files", "RLIMIT_NOFILE"),
+    resource.RLIMIT_AS: ("memory", "RLIMIT_AS"),
+    resource.RLIMIT_NPROC: ("processes", "RLIMIT_NPROC"),
+}
+# Thread stacks (glibc sizes them from RLIMIT_STACK's soft limit, pthread_create(3))
+# are reserved whole under RLIMIT_AS: one per this many bytes of the memory limit,
+# between the two bounds, so 64 threads fit under 256M.
+STACK_SHARE = 128
+STACK_MIN, STACK_MAX = 1024**2, 8 * 1024**2
+
+
+def set_limit(which, soft, hard, status_fd):
+    """setrlimit(2), capped at the hard limit this process inherited, with a note when capped.
+
+    A limit the parent was given is never raised (root could; anyone else gets
+    EPERM, which used to end the run with a silent exit 126).
+    """
+    _old_soft, old_hard = resource.getrlimit(which)
+    if old_hard != resource.RLIM_INFINITY and hard > old_hard:
+        word, name = RLIMIT_WORDS.get(which, (str(which), str(which)))
+        text = f"{word}: capped at the hard limit this process inherited ({name} {old_hard}, asked for {hard})"
+        note(status_fd, text)
+        # RLIMIT_CPU keeps its second between SIGXCPU and SIGKILL where it can.
+        gap = hard - soft
+        hard = old_hard
+        soft = max(min(soft, hard - gap), min(1, hard))
+    resource.setrlimit(which, (soft, hard))
+
+
+def soft_only_hard(which, soft):
+    """The hard limit a session's run keeps: the one it inherited (only the soft limit is the run's)."""
+    return resource.getrlimit(which)[1]
+
+
+def thread_stack_size(memory):
+    """RLIMIT_STACK's soft limit for a run with ``memory`` bytes of address space (``None``: unchanged)."""
+    if not memory:
+        return None
+    return min(max(memory // STACK_SHARE, STACK_MIN), STACK_MAX)
+
+
+M_ARENA_MAX = -8  # mallopt(3)
+ARENAS = 2  # as MALLOC_ARENA_MAX in the environment allowlist (environment.FIXED)
+
+
+def set_thread_defaults(stack):
+    """The same thread stack size and arena cap in this process as a new program gets from its start.
+
+    glibc reads RLIMIT_STACK and MALLOC_ARENA_MAX once, when a program starts:
+    a fork-server child runs the module in the server's interpreter, so it
+    sets both here (pthread_setattr_default_np(3), mallopt(3)).  Best effort.
+    """
+    lib = libc()
+    try:
+        lib.mallopt(M_ARENA_MAX, ARENAS)
+        attr = ctypes.create_string_buffer(128)  # a pthread_attr_t (56 bytes on x86_64)
+        if lib.pthread_attr_init(attr) == 0:
+            lib.pthread_attr_setstacksize(attr, ctypes.c_size_t(stack))
+            lib.pthread_setattr_default_np(attr)
+            lib.pthread_attr_destroy(attr)
+    except AttributeError:
+        pass  # not glibc
+
+
 def apply_limits(spec, status_fd):
     limits = spec["limits"]
     cpu = int(math.ceil(limits["cpu_time"]))
@@ -102,18 +179,19 @@ def apply_limits(spec, status_fd):
     if limits.get("memory"):
         wanted.append((resource.RLIMIT_AS, limits["memory"], limits["memory"]))
     for which, soft, hard in wanted:
-        old_soft, old_hard = resource.getrlimit(which)
         if spec.get("soft_limits"):
             # A run forked from a session's snapshot: its process image becomes the
             # next snapshot, and a hard limit lowered now could never be raised for
             # a later cell that is given more (setrlimit(2)).
-            hard = old_hard
-        if old_hard != resource.RLIM_INFINITY and hard > old_hard:
-            # Never raise a limit the parent was already given.
-            hard = old_hard
-        if hard != resource.RLIM_INFINITY:
-            soft = min(soft, hard)
-        resource.setrlimit(which, (soft, hard))
+            hard = soft_only_hard(which, soft)
+            soft = soft if hard == resource.RLIM_INFINITY else min(soft, hard)
+        set_limit(which, soft, hard, status_fd)
+    stack = thread_stack_size(limits.get("memory"))
+    old_soft, old_hard = resource.getrlimit(resource.RLIMIT_STACK)
+    if stack is not None and (old_soft == resource.RLIM_INFINITY or old_soft > stack):
+        # Only the soft limit: a program that needs a deeper main stack may raise it (ulimit -s).
+        resource.setrlimit(resource.RLIMIT_STACK, (stack, old_hard))
+        set_thread_defaults(stack)
     if spec.get("nproc_extra") is not None:
         uid = os.getuid() if spec.get("uid") is None else spec["uid"]
         if uid == 0:
@@ -123,10 +201,8 @@ def apply_limits(spec, status_fd):
             # ("nproc_base"): /proc here shows only the run's own.
             base = spec["nproc_base"] if spec.get("nproc_base") is not None else count_user_tasks(uid)
             n = base + spec["nproc_extra"]
-            _soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
-            if hard != resource.RLIM_INFINITY:
-                n = min(n, hard)
-            resource.setrlimit(resource.RLIMIT_NPROC, (n, hard if spec.get("soft_limits") else n))
+            hard = soft_only_hard(resource.RLIMIT_NPROC, n) if spec.get("soft_limits") else n
+            set_limit(resource.RLIMIT_NPROC, n if hard == resource.RLIM_INFINITY else min(n, hard), hard, status_fd)
 
 
 def apply_priority(spec, status_fd, exact=False):
@@ -157,7 +233,7 @@ def apply_priority(spec, status_fd, exact=False):
 
 def place_fds(moves):
     """dup2 each (source, target) pair, safely when sources and targets overlap."""
-    parked = [(fcntl.fcntl(source, fcntl.F_DUPFD_CLOEXEC, HIGH_FD), target) for source, target in moves]
+    parked = [(fcntl.fcntl(source, fcntl.F_DUPFD_CLOEXEC, high_fd()), target) for source, target in moves]
     targets = {target for _source, target in moves}
     for source, _target in moves:
         if source not in targets:
@@ -210,6 +286,8 @@ LANDLOCK_READ = 1 << 0 | 1 << 2 | 1 << 3  # EXECUTE, READ_FILE, READ_DIR
 LANDLOCK_FILE_ONLY = 1 << 0 | 1 << 1 | 1 << 2 | 1 << 14 | 1 << 15  # rights a rule on a file may hold
 LANDLOCK_NET_TCP = 1 << 0 | 1 << 1  # BIND_TCP, CONNECT_TCP (ABI 4)
 LANDLOCK_SCOPES = 1 << 0 | 1 << 1  # ABSTRACT_UNIX_SOCKET, SIGNAL (ABI 6)
+LANDLOCK_SCOPE_SIGNAL = 1 << 1
+LANDLOCK_MAKE_DEVICE = 1 << 6 | 1 << 11  # MAKE_CHAR, MAKE_BLOCK
 
 
 class _PathBeneath(ctypes.Structure):
@@ -221,7 +299,7 @@ def apply_landlock(rules):
     """Restrict this process and everything it starts to ``rules`` (landlock(7)).
 
     ``rules`` has ``read`` and ``write`` path lists, ``deny_tcp`` and
-    ``scope``.  Raises OSError when the kernel refuses.
+    ``scope``.  Returns the kernel's Landlock ABI; raises OSError when the kernel refuses.
     """
     lib = libc()
     abi = lib.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), LANDLOCK_CREATE_RULESET_VERSION)
@@ -238,7 +316,8 @@ def apply_landlock(rules):
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
     try:
-        for rights, paths in ((LANDLOCK_READ, rules["read"]), (handled, rules["write"])):
+        # Writable places get every right but making device nodes (a block device of the root disk, as root).
+        for rights, paths in ((LANDLOCK_READ, rules["read"]), (handled & ~LANDLOCK_MAKE_DEVICE, rules["write"])):
             for path in paths:
                 add_landlock_rule(ruleset, path, rights & handled)
         if libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
@@ -247,6 +326,7 @@ def apply_landlock(rules):
             raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
     finally:
         os.close(ruleset)
+    return abi
 
 
 def add_landlock_rule(ruleset, path, rights):
@@ -276,13 +356,27 @@ def prepare_command(spec, status_fd, exact_priority=False):
     The one implementation of the command's set-up, for the spawned launcher
     (then ``execvp``) and for a fork-server child (then the module runs in this
     interpreter).  Returns the status fd, moved high and close-on-exec.
-    Exits with 126 (after an ``exec_error`` record) when the working directory
-    or the program is out of reach; raises OSError when a step fails.
+    Exits with 126 after an ``exec_error`` record when the working directory
+    or the program is out of reach, or a step fails: the record goes to the
+    moved fd, which the caller does not know yet.
     """
     signal.set_wakeup_fd(-1)
     # Keep the status pipe out of the command's way; close-on-exec drops it.
-    inherited, status_fd = status_fd, fcntl.fcntl(status_fd, fcntl.F_DUPFD_CLOEXEC, HIGH_FD)
+    inherited, status_fd = status_fd, fcntl.fcntl(status_fd, fcntl.F_DUPFD_CLOEXEC, high_fd())
     os.close(inherited)
+    try:
+        problem = set_up_command(spec, status_fd, exact_priority)
+    except BaseException as exc:  # noqa: BLE001 - reported, never back into the caller with a stale fd
+        reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc) or repr(exc)
+        problem = f"cannot start the command: {reason}"
+    if problem:
+        emit(status_fd, {"event": "exec_error", "text": problem})
+        os._exit(126)
+    return status_fd
+
+
+def set_up_command(spec, status_fd, exact_priority):
+    """The steps of :func:`prepare_command`; returns a sentence when the command is out of reach."""
     os.setpgid(0, 0)
     for name in RESET_SIGNALS:
         signal.signal(getattr(signal, name), signal.SIG_DFL)
@@ -292,19 +386,53 @@ def prepare_command(spec, status_fd, exact_priority=False):
     place_fds(spec.get("fds", []))
     apply_priority(spec, status_fd, exact=exact_priority)
     switch_user(spec)
+    if spec.get("no_new_privs") and libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "no_new_privs could not be set")
     apply_limits(spec, status_fd)
     problem = check_reachable(spec)
     if problem:
-        emit(status_fd, {"event": "exec_error", "text": problem})
-        os._exit(126)
+        return problem
+    scoped = False
     if spec.get("landlock"):
         try:
-            apply_landlock(spec["landlock"])
+            scoped = apply_landlock(spec["landlock"]) >= 6 and bool(spec["landlock"].get("scope"))
         except OSError as exc:
             if spec["landlock"].get("required"):
                 raise
             note(status_fd, f"landlock: not applied ({exc.strerror or exc})")
-    return status_fd
+    if spec.get("signal_scope") and not scoped:
+        apply_signal_scope(status_fd)
+    return None
+
+
+def apply_signal_scope(status_fd):
+    """Keep the command's signals (and ptrace) inside its run, in every isolation mode.
+
+    A Landlock domain that handles no file or network access, only the
+    signal scope (landlock(7), ABI 6, Linux 6.12): the command and everything
+    it starts can no longer signal the supervisor or the parent, nor ptrace
+    them (a Landlock domain never may ptrace outside itself).  Needs
+    ``no_new_privs`` (set-user-ID programs then run without their powers) or,
+    for root, CAP_SYS_ADMIN.  A note says why when the kernel cannot.
+    """
+    lib = libc()
+    abi = lib.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), LANDLOCK_CREATE_RULESET_VERSION)
+    if abi < 6:
+        why = "the kernel has no Landlock" if abi < 1 else f"the kernel's Landlock is ABI {abi}, not 6 (Linux 6.12)"
+        note(status_fd, f"signal-scope: not applied ({why}); the program can signal its supervisor")
+        return
+    attr = (ctypes.c_uint64 * 3)(0, 0, LANDLOCK_SCOPE_SIGNAL)
+    ruleset = lib.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), 0)
+    if ruleset < 0:
+        note(status_fd, f"signal-scope: not applied ({os.strerror(ctypes.get_errno())})")
+        return
+    try:
+        if os.geteuid() != 0 and lib.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            note(status_fd, f"signal-scope: not applied (no_new_privs: {os.strerror(ctypes.get_errno())})")
+        elif lib.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
+            note(status_fd, f"signal-scope: not applied ({os.strerror(ctypes.get_errno())})")
+    finally:
+        os.close(ruleset)
 
 
 def start_command(spec, status_fd):
@@ -465,10 +593,16 @@ class Supervisor:
 
 
 def become_subreaper(status_fd):
-    """Make this process a child subreaper (prctl(2)); say so on the status pipe when it cannot."""
+    """Make this process a child subreaper (prctl(2)); say so on the status pipe when it cannot.
+
+    Also makes it not dumpable (PR_SET_DUMPABLE 0): a program of the same
+    user can then neither ptrace it nor read its ``/proc/PID/mem`` or
+    ``environ`` (proc(5)); the command's own exec makes the command dumpable again.
+    """
     try:
         if libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
             note(status_fd, "subreaper: prctl failed; a setsid daemon may escape the kill")
+        libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     except (OSError, AttributeError):
         note(status_fd, "subreaper: not available; a setsid daemon may escape the kill")
 
@@ -488,6 +622,8 @@ def supervisor_signals():
 
 def supervise(spec, status_fd, control_fd, child, wake_r, command_fds):
     """Drop the command's streams, then supervise ``child`` to its end and report."""
+    # The parent's way to the run's processes should this supervisor be killed before it reports.
+    emit(status_fd, {"event": "command", "pid": child})
     # The supervisor keeps none of the command's streams, so the parent sees
     # end-of-file as soon as the command's processes are gone.
     devnull = os.open(os.devnull, os.O_RDWR)

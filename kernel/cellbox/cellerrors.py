@@ -68,6 +68,12 @@ def error_for_outcome(outcome: Outcome, limits: Limits) -> tuple[str, str] | Non
         )
     if status is Status.INTERRUPTED:
         return "KeyboardInterrupt", "the cell was interrupted"
+    if outcome.supervisor_lost and status is not Status.INTERRUPTED:
+        return "CellCrashedError", (
+            "the cell's supervisor was killed before it could report (perhaps by the cell itself), so how the "
+            f"cell ended is unknown; {_processes(outcome.killed_processes)} of the cell that could still be found "
+            "were stopped, and others may have escaped; the kernel is still alive"
+        )
     if status is Status.CRASHED:
         name = outcome.signal or "a signal"
         words = _SIGNAL_WORDS.get(name, name)

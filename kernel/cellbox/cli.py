@@ -12,6 +12,7 @@ import importlib
 import json
 import os
 import sys
+import typing
 from collections.abc import Sequence
 
 from . import __version__
@@ -87,11 +88,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         isolation = dataclasses.replace(isolation, read_only=(*isolation.read_only, command[1]))
     live = not args.json
     shown = [0]  # characters of stderr already printed live
+    # The stream written last, and whether it ended a line: the status line must start a line of its own.
+    last: list[tuple[object, bool]] = [(None, True)]
+
+    def show(stream: typing.TextIO, text: str) -> None:
+        stream.write(text)
+        stream.flush()
+        last[0] = (stream, text.endswith("\n"))
 
     def show_stderr(text: str) -> None:
         shown[0] += len(text)
-        sys.stderr.write(text)
-        sys.stderr.flush()
+        show(sys.stderr, text)
 
     outcome: Outcome = run(
         command,
@@ -100,17 +107,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
         env=_parse_env(args.env),
         user=args.user,
         isolation=isolation,
-        on_stdout=(lambda text: (sys.stdout.write(text), sys.stdout.flush())) if live else None,
+        on_stdout=(lambda text: show(sys.stdout, text)) if live else None,
         on_stderr=show_stderr if live else None,
     )
     if args.json:
         print(json.dumps(outcome.to_json()))
     else:
-        if outcome.stdout and not outcome.stdout.endswith("\n"):
-            print()
         # The sandbox adds its own message (a command it could not start) to
         # stderr after the stream has ended; print that part too.
-        sys.stderr.write(outcome.stderr[shown[0] :])
+        if outcome.stderr[shown[0] :]:
+            show(sys.stderr, outcome.stderr[shown[0] :])
+        stream, ended = last[0]
+        if not ended:
+            show(stream, "\n")  # type: ignore[arg-type]
         print(f"cellbox: {outcome.summary()}", file=sys.stderr)
         for note in outcome.notes:
             print(f"cellbox: note: {note}", file=sys.stderr)

@@ -508,8 +508,11 @@ class ForkServer:
                 within :attr:`handoff_timeout` seconds (it is then replaced).
         """
         carried = self.carry and request["argv"][2] == self.setup.warm
-        # The session decided the user, the namespaces and the pids cgroup once, for all its runs.
-        request = {k: v for k, v in request.items() if k not in ("uid", "gid", "groups", "user", "landlock")}
+        # The session decided the user, the namespaces, the Landlock domain (or the signal scope) and
+        # the pids cgroup once, for all its runs: a domain per run would nest deeper at every cell.
+        request = {
+            k: v for k, v in request.items() if k not in ("uid", "gid", "groups", "user", "landlock", "signal_scope")
+        }
         request.update(snapshot=carried, cgroup=None)
         request["from"] = "current" if carried else "base"
         request["op"] = "run"

@@ -31,7 +31,8 @@ layer         what it does
 ``landlock``  applied by the launcher just before exec, without bubblewrap
               (landlock(7)): the command may read and run only the system, this
               Python and its own program, and write only its working and task
-              directories and ``/dev/shm``, whatever its user's powers; TCP is
+              directories (and the view's ``/tmp`` and ``/dev/shm``; never the
+              host's), whatever its user's powers, and never make a device node; TCP is
               refused when the network is off and no ``net`` layer is active;
               signals and abstract unix sockets are scoped to the run (ABI 6)
 ``ipc``       a new System V IPC namespace (``--unshare-ipc``), with any bwrap layer
@@ -287,7 +288,13 @@ class Support:
     disable_userns: bool = False
 
     def available(self, layer: str) -> bool:
-        """``True`` when ``layer`` (one of :data:`LAYERS`) can be used here."""
+        """``True`` when ``layer`` (one of :data:`LAYERS`) can be used here.
+
+        As root, ``user`` needs no bwrap: it is then a plain switch to an
+        unprivileged user (no capabilities, ``no_new_privs``), without a namespace.
+        """
+        if layer == "user" and self.as_root and self.bwrap is None:
+            return "user" not in self.missing
         return layer not in self.missing and (self.bwrap is not None or layer not in BWRAP_LAYERS)
 
 
@@ -312,7 +319,10 @@ def _probe(bwrap: str | None, euid: int) -> Support:
     missing: dict[str, str] = {"landlock": landlock} if landlock else {}
     if bwrap is None:
         why = "bubblewrap is not installed (apt-get install bubblewrap)"
-        return Support(None, as_root, {**{layer: why for layer in BWRAP_LAYERS}, **missing})
+        missing.update({layer: why for layer in BWRAP_LAYERS if layer != "user" or not as_root})
+        if as_root and _user_missing():
+            missing["user"] = _user_missing() or why
+        return Support(None, as_root, missing)
     base = [] if as_root else ["--unshare-user"]
     problem = _try(bwrap, [*base, "--ro-bind", "/", "/"])
     if problem is not None:
@@ -327,14 +337,20 @@ def _probe(bwrap: str | None, euid: int) -> Support:
         problem = _try(bwrap, [*base, "--ro-bind", "/", "/", *extra])
         if problem is not None:
             missing[layer] = f"bwrap {extra[0]} failed ({problem})"
-    if as_root:
-        try:
-            pwd.getpwnam(UNPRIVILEGED_USER)
-        except KeyError:
-            missing["user"] = f"there is no user {UNPRIVILEGED_USER!r} to run children as; create it or pass user="
+    if as_root and _user_missing():
+        missing["user"] = _user_missing() or ""
     sized = _try(bwrap, [*base, "--ro-bind", "/", "/", "--size", "1048576", "--tmpfs", "/tmp"]) is None
     no_userns = not as_root and _try(bwrap, [*base, "--disable-userns", "--ro-bind", "/", "/"]) is None
     return Support(bwrap, as_root, missing, tmpfs_size=sized, disable_userns=no_userns)
+
+
+def _user_missing() -> str | None:
+    """Why root cannot switch children to :data:`UNPRIVILEGED_USER`, or ``None`` when it can."""
+    try:
+        pwd.getpwnam(UNPRIVILEGED_USER)
+    except KeyError:
+        return f"there is no user {UNPRIVILEGED_USER!r} to run children as; create it or pass user="
+    return None
 
 
 def landlock_abi() -> int:
@@ -427,12 +443,16 @@ def make_plan(isolation: Isolation, support: Support, *, user: str | int | None)
     run_as = user
     if "user" in layers and support.as_root and user is None and not isolation.keep_root:
         run_as = UNPRIVILEGED_USER
-    bwrapped = [layer for layer in layers if layer in BWRAP_LAYERS]
+    bwrapped = [layer for layer in layers if layer in BWRAP_LAYERS] if support.bwrap is not None else []
     if bwrapped and not support.as_root and "user" not in layers:
         layers = [layer for layer in LAYERS if layer in layers or layer == "user"]  # bwrap needs it
     if bwrapped:
         layers.append("ipc")
     notes = [f"{layer}: isolation layer not active: {why}" for layer, why in missing.items()]
+    if "net" in missing and not isolation.network:
+        notes.append(
+            "net: without the net layer, UDP and unix sockets still reach the host (Landlock refuses TCP only)"
+        )
     if support.as_root and "user" in layers and "fs" not in layers:
         notes.append(
             f"user: without the fs layer, {run_as} must reach the interpreter and the working directory by itself"
@@ -526,8 +546,9 @@ def landlock_rules(
 
     Reading and running: the system, this Python, the command, ``/proc``, a
     few named devices and the extra read-only paths.  Writing too: the working
-    directory, the task directory, the extra writable paths, ``/dev/shm``, the
-    harmless devices, and the view's own ``/tmp``.  Every other path (homes
+    directory, the task directory, the extra writable paths, the harmless
+    devices, and the view's own ``/tmp`` and ``/dev/shm`` (with the ``fs`` layer
+    only: without it they are the host's, shared with every user).  Every other path (homes
     included) cannot even be read, whatever the user's powers.  TCP is denied
     when the network is off but no ``net`` layer gives a private one, and
     signals and abstract unix sockets are scoped to the run (Landlock ABI 6).
@@ -537,9 +558,10 @@ def landlock_rules(
     read = [*SYSTEM_PATHS, *SYSTEM_INFO_PATHS, "/proc", *devices, *python_paths(), *program_paths(programs, path)]
     if isolation.network:
         read.append(os.path.dirname(os.path.realpath("/etc/resolv.conf")))
-    write = [cwd, task, *isolation.writable, "/dev/shm", "/dev/null", "/dev/zero", "/dev/full"]
+    write = [cwd, task, *isolation.writable, "/dev/null", "/dev/zero", "/dev/full"]
     if "fs" in plan.layers:
-        write.append("/tmp")  # the run's own tmpfs in the view
+        # The run's own tmpfs mounts in the view; without it they are the host's, shared with every user.
+        write += ["/tmp", "/dev/shm"]
         # The view's own devpts instance (bwrap --dev): pseudo-terminals for
         # IPython's !cmd, private to the run.  The host's /dev/pts is never opened
         # up, where another terminal of the same user could be written to.

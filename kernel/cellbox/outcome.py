@@ -62,6 +62,9 @@ class Outcome:
         killed_processes: how many processes were still running at the end and were killed.
         as_root: ``True`` when the command ran as root, which a sandbox cannot contain.
         limits: the limits the run had, as a dict.
+        supervisor_lost: ``True`` when the run's supervisor ended without its report (killed,
+            perhaps by the program): ``killed_processes`` then counts what the parent found and
+            killed, and processes may have escaped (the notes say so).
     """
 
     status: Status
@@ -78,6 +81,7 @@ class Outcome:
     killed_processes: int = 0
     as_root: bool = False
     limits: dict[str, Any] = dataclasses.field(default_factory=dict)
+    supervisor_lost: bool = False
 
     @property
     def ok(self) -> bool:
@@ -93,7 +97,10 @@ class Outcome:
         return data
 
     def summary(self) -> str:
-        """One line for people: ``status=ok exit=0 wall=0.03s cpu=0.02s peak=9.1M``."""
+        """One line for people: ``status=ok exit=0 wall=0.03s cpu=0.02s peak=9.1M``.
+
+        ``killed=N`` follows when processes the program left running were killed at its end.
+        """
         from .limits import format_size
 
         ended = f"signal={self.signal}" if self.signal else f"exit={self.exit_code}"
@@ -101,6 +108,8 @@ class Outcome:
             f"status={self.status.value} {ended} wall={self.wall_time:.2f}s "
             f"cpu={self.cpu_time:.2f}s peak={format_size(self.peak_memory)}"
         )
+        if self.killed_processes:
+            line += f" killed={self.killed_processes}"
         if self.truncated:
             line += " (output truncated)"
         if self.as_root:

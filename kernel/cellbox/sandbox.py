@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import codecs
+import functools
 import json
 import os
 import pwd
@@ -41,8 +42,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .environment import TaskDirectory, build_environment
-from .isolation import BWRAP_LAYERS, Isolation, Plan, bwrap_prefix, count_user_tasks, landlock_rules, make_plan, probe
-from .limits import Limits
+from .isolation import (
+    BWRAP_LAYERS,
+    Isolation,
+    Plan,
+    bwrap_prefix,
+    count_user_tasks,
+    landlock_abi,
+    landlock_rules,
+    make_plan,
+    probe,
+)
+from .limits import Limits, format_size
 from .outcome import Outcome, Status
 
 if TYPE_CHECKING:
@@ -148,6 +159,22 @@ class _PidsCgroup:
                     except OSError:
                         pass
                 time.sleep(0.02)
+
+    def pids(self) -> list[int]:
+        """The processes in the cgroup now (``cgroup.procs``); empty once it is gone."""
+        try:
+            return [int(line) for line in (self.path / "cgroup.procs").read_text().split()]
+        except OSError:
+            return []
+
+    def refused(self) -> bool:
+        """``True`` when a fork or a thread was refused at ``pids.max`` (the ``max`` count of ``pids.events``)."""
+        try:
+            events = (self.path / "pids.events").read_text().split()
+        except OSError:
+            return False
+        counts = dict(zip(events[::2], events[1::2], strict=False))
+        return counts.get("max", "0") != "0"
 
     def remove_later(self) -> None:
         """Remove it in the background: rmdir(2) of a cgroup takes milliseconds no run's result should wait for."""
@@ -291,10 +318,11 @@ class _Forked:
         self._abandon = abandon
 
     def kill(self) -> None:
-        """The session's keeper did not report: end the whole session (its keeper kills every process of it)."""
+        """The session's keeper did not report: end the whole session (its launcher kills every process of it)."""
         if self.returncode is None and self._abandon is not None:
             self._abandon()
         self.returncode = -signal.SIGKILL
+
 
 
 class Run:
@@ -363,6 +391,10 @@ class Run:
             self.task.open_to(uid, gid)
             self._isolation.append(f"user:{name}")
         self.as_root = (spec.get("uid", os.geteuid())) == 0
+        # The command may not signal or ptrace its supervisor or this process, in every mode (Landlock ABI 6).
+        spec["signal_scope"] = True
+        if _signal_scope_available():
+            self._isolation.append("signal-scope")
         self.proc: subprocess.Popen[bytes] | _Forked
         prefix: list[str] = []
         if self._forkserver is not None and self._forkable(argv, plan):
@@ -518,7 +550,9 @@ class Run:
         """The bwrap command in front of the launcher, the Landlock rules, and the run's report of the layers."""
         programs = [sys.executable, str(argv[0])]
         prefix: list[str] = []
-        if set(plan.layers) & set(BWRAP_LAYERS):
+        # Isolated runs never regain powers through a set-user-ID program (prctl(2) PR_SET_NO_NEW_PRIVS).
+        spec["no_new_privs"] = True
+        if set(plan.layers) & set(BWRAP_LAYERS) and probe().bwrap is not None:
             prefix = bwrap_prefix(
                 plan,
                 probe(),
@@ -636,8 +670,11 @@ class Run:
             self._reported = record is not None
             if isinstance(self.proc, _Forked) and record is not None and "snapshot" in record:
                 self.left_snapshot = bool(record["snapshot"])
+            if record is None and self._swept is None:
+                self._sweep()
             if isinstance(self.proc, _Forked):
-                # Not our child: its exit record is the report; none means it was killed.
+                # The session's keeper supervised it: its exit record came after it had
+                # killed and reaped every process of the run; none means the session failed.
                 wait_status = 0 if record is not None else signal.SIGKILL
                 self.proc.returncode = 0 if record is not None else -signal.SIGKILL
             else:
@@ -671,6 +708,8 @@ class Run:
             now = time.monotonic()
             with self._lock:
                 kill_at = self._kill_at
+            if give_up_at is not None and now >= give_up_at and (record is not None or self._swept is not None):
+                break  # the tree is dead; what still holds the output left it and is not waited for
             if self._parent_action is None and now >= self.deadline:
                 self.kill(Status.TIMED_OUT)
                 continue
@@ -713,6 +752,10 @@ class Run:
                 if not data:
                     sel.unregister(key.fd)
                     open_count -= 1
+                if not data and name == "status" and record is None and self._swept is None:
+                    # The supervisor is gone without its report: nobody kills the tree but us.
+                    self._sweep()
+                    give_up_at = time.monotonic() + KILL_GRACE
             if record is not None and give_up_at is None:
                 # The launcher has reported and killed what was left; output
                 # still held by something outside its tree is not waited for.
@@ -775,6 +818,10 @@ class Run:
                 self._isolation.remove("subreaper")
             if str(message.get("text")).startswith("landlock:") and "landlock" in self._isolation:
                 self._isolation.remove("landlock")
+            if str(message.get("text")).startswith("signal-scope:") and "signal-scope" in self._isolation:
+                self._isolation.remove("signal-scope")
+        elif event == "command" and isinstance(message.get("pid"), int):
+            self._command_pid = message["pid"]
         elif event == "exec_error":
             exec_error = str(message.get("text"))
         elif event == "exit":
@@ -803,6 +850,48 @@ class Run:
             self.truncated = True
             self.kill(Status.OUTPUT_LIMIT)
 
+    def _sweep(self) -> None:
+        """Kill what is left of a run whose supervisor ended without its exit record.
+
+        Its processes are found by what they cannot leave without trying: the
+        supervisor's session (the launcher's pid), the command's process group,
+        the run's pids cgroup, and their descendants (proc(5): ``stat``
+        fields 4, 5, 6).  A process that left all of these (``setsid`` in a
+        double fork, as root a move out of the cgroup) cannot be told from
+        any other, so the run's notes say processes may have escaped.  With the
+        ``pid`` layer, the kernel has killed the namespace with its init.
+        """
+        if isinstance(self.proc, _Forked):
+            # The session's keeper is the supervisor that failed: end the whole session,
+            # whose launcher kills every process in it (its pid namespace, its cgroup).
+            self.proc.kill()
+            self._swept = 0
+            self._notes.append(
+                "the session's keeper did not report the run: the session was ended with every process in it"
+            )
+            return
+        session = self.proc.pid
+        group = self._command_pid if "pid" not in self._isolation else None
+        killed: set[int] = set()
+        for _ in range(50):
+            cgroup = set(self._cgroup.pids()) if self._cgroup is not None else set()
+            found = _run_processes(session, group, cgroup) - {os.getpid()}
+            if not found:
+                break
+            for pid in found:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            killed |= found
+            time.sleep(0.01)
+        self._swept = len(killed - {self.proc.pid})
+        self._notes.append(
+            f"the run's supervisor ended without reporting (killed, perhaps by the program): cellbox killed the "
+            f"{self._swept} processes of the run it could still find; processes that left the run's session "
+            "may have escaped"
+        )
+
     def _force_kill(self) -> None:
         """The launcher did not finish in time: kill its group (the tree's own kill already ran)."""
         self._notes.append("the launcher did not report in time and was killed")
@@ -819,6 +908,8 @@ class Run:
 
     truncated = False
     _reported = False  # the launcher sent its exit record: it killed the whole tree first
+    _command_pid: int | None = None  # the command's pid (and group), as the supervisor reported it
+    _swept: int | None = None  # processes killed by the parent after the supervisor was lost
 
     def _outcome(self, record: dict[str, Any] | None, exec_error: str | None, wait_status: int) -> Outcome:
         wall = time.monotonic() - self.started
@@ -834,6 +925,7 @@ class Run:
                 record["exit_code"] = os.WEXITSTATUS(wait_status)
         signum = record.get("signal")
         peak = int(record.get("peak_kib", 0)) * 1024
+        reservation = self._reservation(stderr)
         status = classify(
             parent_action=self._parent_action,
             exit_code=record.get("exit_code"),
@@ -841,8 +933,14 @@ class Run:
             command_cpu=float(record.get("command_cpu", 0.0)),
             peak_memory=peak,
             limits=self.limits,
-            memory_error=self._memory_error or _ends_in_memory_error(stderr),
+            memory_error=self._memory_error or _ends_in_memory_error(stderr) or reservation is not None,
         )
+        if status is Status.MEMORY_LIMIT and reservation is not None and self.limits.memory:
+            self._notes.append(
+                f"memory: the program could not reserve address space under its {format_size(self.limits.memory)} "
+                f"limit ({reservation}); RLIMIT_AS counts what is reserved (thread stacks, a JIT's code range), "
+                "not only what is used"
+            )
         return Outcome(
             status=status,
             exit_code=record.get("exit_code"),
@@ -855,10 +953,28 @@ class Run:
             truncated=self.truncated,
             isolation=tuple(self._isolation),
             notes=tuple(dict.fromkeys(self._notes)),
-            killed_processes=int(record.get("killed", 0)),
+            killed_processes=int(record.get("killed", 0)) if self._swept is None else self._swept,
             as_root=self.as_root,
+            supervisor_lost=self._swept is not None,
             limits=self.limits.as_dict(),
         )
+
+    def _reservation(self, stderr: str) -> str | None:
+        """A failure to reserve memory under the memory limit that ``stderr`` reports, or ``None``.
+
+        A thread that cannot start is put down to the processes limit instead
+        when the run's pids cgroup counted a refused fork (``pids.events``,
+        cgroup-v1/pids.rst).
+        """
+        phrase = _failed_reservation(stderr) if self.limits.memory else None
+        if phrase != "can't start new thread":
+            return phrase
+        if self._cgroup is None:
+            return f"{phrase}, or the processes limit: RLIMIT_NPROC refuses a thread the same way"
+        if self._cgroup.refused():
+            self._notes.append(f"processes: the run reached its limit of {self.limits.processes} processes and threads")
+            return None
+        return phrase
 
     def _cleanup(self) -> None:
         for name in ("_control_w", "_status_r", "_wake_r", "_wake_w", "_channel_r", "_reply_w"):
@@ -909,16 +1025,40 @@ def _stop_launcher(proc: subprocess.Popen[bytes] | _Forked) -> None:
             proc.kill()
             proc.wait()
             return
-    deadline = time.monotonic() + KILL_GRACE
-    while time.monotonic() < deadline:
-        try:
-            os.kill(proc.pid, 0)
-        except ProcessLookupError:
-            proc.returncode = -signal.SIGKILL
-            return
-        time.sleep(0.01)
-    proc.kill()
+    # A session's run: its keeper read the end of the control pipe and kills the run itself.
     proc.returncode = -signal.SIGKILL
+
+
+@functools.cache
+def _signal_scope_available() -> bool:
+    """``True`` when the kernel's Landlock has the signal scope (ABI 6, Linux 6.12)."""
+    return landlock_abi() >= 6
+
+
+def _run_processes(session: int, group: int | None, cgroup: set[int]) -> set[int]:
+    """Live processes in ``session``, in process group ``group`` or in ``cgroup``, and all their descendants."""
+    parents: dict[int, int] = {}
+    found = set(cgroup)
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        pid = int(name)
+        if fields[0] == b"Z":
+            continue
+        parents[pid] = int(fields[1])
+        if int(fields[3]) == session or (group is not None and int(fields[2]) == group):
+            found.add(pid)
+    grew = True
+    while grew:
+        more = {pid for pid, parent in parents.items() if parent in found and pid not in found}
+        found |= more
+        grew = bool(more)
+    return found & set(parents)
 
 
 def _writable_by(path: str, uid: int, groups: Sequence[int]) -> bool:
@@ -941,6 +1081,26 @@ _LIBRARY_OUT_OF_MEMORY = (
     "OpenBLAS error: Memory allocation still failed",
     "failed to map segment from shared object",
 )
+
+
+# What programs print when RLIMIT_AS refuses to *reserve* address space they
+# may never use: a thread's stack (Python's "can't start new thread"; with the
+# processes limit hit it reads the same, so the pids cgroup is asked first), a
+# JIT's code range (V8: "Fatal process OOM in Failed to reserve virtual memory
+# for CodeRange"), a runtime's heap (the JVM, Go).
+_RESERVATION_FAILURES = (
+    "can't start new thread",
+    "Failed to reserve virtual memory",
+    "Could not reserve enough space for",
+    "There is insufficient memory for the Java Runtime Environment",
+    "fatal error: out of memory",
+)
+
+
+def _failed_reservation(stderr: str) -> str | None:
+    """The phrase of :data:`_RESERVATION_FAILURES` in the tail of ``stderr``, or ``None``."""
+    tail = stderr[-4096:]
+    return next((phrase for phrase in _RESERVATION_FAILURES if phrase in tail), None)
 
 
 def _ends_in_memory_error(stderr: str) -> bool:
