@@ -71,6 +71,8 @@ DEFAULT_PRELOAD = (
 MEMORY_HEADROOM = 128 * 1024**2
 # Seconds a hand-off may take before the run is spawned instead.
 HANDOFF_TIMEOUT = 5.0
+# Seconds a session's launcher gets to kill everything in it and report, when it is closed.
+CLOSE_TIMEOUT = 5.0
 # Seconds the session may take to import its preload list and build its shell.
 READY_TIMEOUT = 120.0
 # The layers a session is set up with once; a run's Landlock layer is the session's.
@@ -191,14 +193,21 @@ class _Server:
         return reply
 
     def close(self) -> None:
-        """End the session: its launcher kills the keeper, every snapshot and every run."""
+        """End the session: its launcher kills the keeper, every snapshot and every run, then reports.
+
+        Returns once it has reported (or after the launcher's grace), so that
+        nothing of the session outlives a kernel's shutdown.
+        """
         self.retired = True
         self.ready.clear()
         try:
+            self.sock.shutdown(socket.SHUT_RDWR)
             self.sock.close()
         except OSError:
             pass
         self.run.kill()
+        if threading.current_thread() is not self.thread:
+            self.thread.join(CLOSE_TIMEOUT)
 
 
 def _session_config(setup: _Setup) -> tuple[tuple[str, ...], dict[str, Any]]:
