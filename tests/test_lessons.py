@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
 import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -276,3 +281,167 @@ def test_grading_single_lesson_notebooks_gives_verified_and_failed(tmp_path: Pat
     assert rows[0].startswith("id,verdict,passed,failed")
     verdicts = {row.split(",")[0]: row.split(",")[1] for row in rows[1:]}
     assert verdicts == {"alice": "verified", "bob": "failed"}
+
+
+# ------------------------------------------------------------------ checks as strict as the instructor tests
+#
+# Each lesson's listed mistakes and typical wrong attempts go through its check cell (run as plain Python, with
+# the lessonkit setup cell and the few names of worked cells the check uses) and through its hidden tests (pytest
+# on a module made of the setup cell and the exercise cells, as ``cellbox grade`` makes it).  Both must say no: a
+# ✘ line naming the mistake, and a pytest run that fails (the grader's ``failed``).  The solutions pass both.
+
+LESSON = {lesson.number: lesson for lesson in LESSON_LIST}
+
+# Names that check cells take from the lesson's worked cells.
+CONTEXT = {
+    2: "escape = \"[c for c in ().__class__.__base__.__subclasses__() if c.__name__ == '_wrap_close'][0]"
+       ".__init__.__globals__['getpid']()\"\n",
+    3: "import subprocess, sys\n",
+    7: "import os, signal, subprocess, sys, time\n",
+    8: "import subprocess, sys\nMB = 1024 * 1024\n",
+    9: "import subprocess, sys, shutil\n",
+    10: "import os, shutil, subprocess, sys, tempfile\n"
+        "ask = \"import sys, importlib.util; print(sys.prefix); "
+        "print('nbformat importable:', importlib.util.find_spec('nbformat') is not None)\"\n",
+    12: "import os\n",
+}
+
+
+def _cell(lesson, cell_id: str):  # type: ignore[no-untyped-def]
+    return next(cell for cell in lesson.cells if cell.id == cell_id)
+
+
+def _worked_defs(lesson, *names: str) -> str:  # type: ignore[no-untyped-def]
+    """The source of the worked cells that define any of ``names`` (def NAME or NAME =)."""
+    wanted = []
+    for cell in lesson.cells:
+        if cell.kind == "code" and cell.id.startswith("code-"):
+            if any(f"def {name}(" in cell.solution or f"\n{name} = " in "\n" + cell.solution for name in names):
+                wanted.append(cell.solution)
+    return "\n".join(wanted)
+
+
+def run_check(number: int, name: str, exercise: str | None = None, context: str = "") -> str:
+    """The line the check cell of exercise ``name`` prints, with ``exercise`` as the student's cell."""
+    lesson = LESSON[number]
+    exercises = [_cell(lesson, f"exercise-{other}").solution for other in lesson.exercises]
+    if exercise is not None:
+        exercises[lesson.exercises.index(name)] = textwrap.dedent(exercise)
+    script = "\n\n".join([
+        (LESSONS / "lessonkit.py").read_text(), CONTEXT.get(number, ""), context, *exercises,
+        _cell(lesson, f"check-{name}").solution,
+    ])
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=LESSONS, timeout=180)
+    lines = [line for line in done.stdout.splitlines() if line[:1] in (PASS, FAIL, TODO)]
+    assert len(lines) == 1 and done.returncode == 0, (done.stdout, done.stderr)
+    return lines[0]
+
+
+def run_hidden_tests(number: int, tmp: Path, name: str | None = None, exercise: str | None = None) -> dict[str, str]:
+    """{test name: outcome} of the lesson's hidden tests on the module ``cellbox grade`` makes of its notebook."""
+    lesson = LESSON[number]
+    cells = [_cell(lesson, "setup").solution]
+    for other in lesson.exercises:
+        src = _cell(lesson, f"exercise-{other}").solution
+        cells.append(textwrap.dedent(exercise) if other == name and exercise is not None else src)
+    module = "nb_" + lesson.filename[: -len(".ipynb")].replace("-", "_")
+    (tmp / f"{module}.py").write_text("\n\n".join(cells) + "\n")
+    (tmp / "pytest.ini").write_text("[pytest]\n")
+    report = tmp / "report.xml"
+    env = {**os.environ, "PYTHONPATH": str(tmp), "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(tmp / "pytest.ini"),
+         "--rootdir", str(tmp), f"--junitxml={report}", str(LESSONS / "grading" / f"test_lesson{number:02d}.py")],
+        capture_output=True, text=True, cwd=tmp, env=env, timeout=300,
+    )
+    said = f"pytest exit {done.returncode}: {done.stdout[-2000:]} {done.stderr[-2000:]}"
+    assert report.exists(), f"no report: {said}"
+    assert done.returncode in (0, 1), said
+    outcomes = {}
+    for case in ET.parse(report).getroot().iter("testcase"):
+        tags = {child.tag for child in case}
+        outcomes[case.get("name", "")] = (
+            "failed" if tags & {"failure", "error"} else "skipped" if "skipped" in tags else "passed"
+        )
+    return outcomes
+
+
+@dataclass
+class Mistake:
+    """A wrong attempt at one exercise: the check must print ✘ with ``hint``; a hidden test must fail."""
+
+    lesson: int
+    exercise: str
+    label: str
+    source: str
+    hint: str
+    context: str = ""
+
+    def __str__(self) -> str:
+        return f"lesson{self.lesson:02d}-{self.exercise}-{self.label}"
+
+
+MISTAKES = [
+    Mistake(1, "run_isolated", "returncode-the-wrong-way-round", """
+        import subprocess, sys
+        def run_isolated(code):
+            result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+            return bool(result.returncode), result.stdout, result.stderr
+        """, "compare returncode with 0"),
+    Mistake(1, "run_isolated", "no-capture-output", """
+        import subprocess, sys
+        def run_isolated(code):
+            result = subprocess.run([sys.executable, "-c", code], text=True)
+            return result.returncode == 0, result.stdout, result.stderr
+        """, "capture_output=True"),
+    Mistake(1, "run_isolated", "no-text", """
+        import subprocess, sys
+        def run_isolated(code):
+            result = subprocess.run([sys.executable, "-c", code], capture_output=True)
+            return result.returncode == 0, result.stdout, result.stderr
+        """, "text=True"),
+    Mistake(1, "run_isolated", "shell-string", """
+        import subprocess, sys
+        def run_isolated(code):
+            result = subprocess.run(f"{sys.executable} -c '{code}'", shell=True, capture_output=True, text=True)
+            return result.returncode == 0, result.stdout, result.stderr
+        """, "shell=True"),
+    Mistake(1, "run_isolated", "exec-in-this-process", """
+        import contextlib, io, traceback
+        def run_isolated(code):
+            out, err = io.StringIO(), io.StringIO()
+            try:
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                    exec(code, {})
+            except Exception:
+                return False, out.getvalue(), traceback.format_exc()
+            return True, out.getvalue(), err.getvalue()
+        """, "run it in a child process"),
+    Mistake(1, "predict", "output-lost-on-failure", """
+        SNIPPETS = {"a": "print('one'); print('two')", "b": "print('start'); 1 / 0",
+                    "c": "import sys; sys.stderr.write('careful\\\\n')", "d": "import sys; print('bye'); sys.exit(0)",
+                    "e": "import sys; sys.exit('stopped')"}
+        def predict():
+            return {"a": (True, "one\\ntwo\\n"), "b": (False, ""), "c": (True, ""), "d": (True, "bye\\n"),
+                    "e": (False, "")}
+        """, "output printed before a failure stays in stdout"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mistake", MISTAKES, ids=str)
+def test_check_and_hidden_tests_both_reject_a_listed_mistake(mistake: Mistake, tmp_path: Path) -> None:
+    line = run_check(mistake.lesson, mistake.exercise, mistake.source, mistake.context)
+    assert line.startswith(f"{FAIL} {mistake.exercise}") and mistake.hint in line, line
+    outcomes = run_hidden_tests(mistake.lesson, tmp_path, mistake.exercise, mistake.source)
+    assert outcomes and "failed" in outcomes.values(), outcomes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("number", sorted({m.lesson for m in MISTAKES}), ids=lambda n: f"lesson{n:02d}")
+def test_solutions_pass_their_checks_and_hidden_tests(number: int, tmp_path: Path) -> None:
+    for name in LESSON[number].exercises:
+        line = run_check(number, name)
+        assert line.startswith(f"{PASS} {name}"), line
+    outcomes = run_hidden_tests(number, tmp_path)
+    assert outcomes and set(outcomes.values()) == {"passed"}, outcomes
