@@ -46,7 +46,7 @@ def _hint(name, error):
         return (f"{name}: the preexec_fn raised in the child, which never started ({text}); often setrlimit "
                 "refused a value, such as a soft limit above the hard one")
     if _isinstance(error, _subprocess.TimeoutExpired):
-        return f"{name} let subprocess.TimeoutExpired escape ({text}): catch it and return a result instead"
+        return f"{name} let subprocess.TimeoutExpired escape: catch it and return a result instead"
     if _isinstance(error, SystemExit):
         return (f"{name} raised SystemExit({text!r}): the code under test ended the process it ran in; "
                 "run it in a child process instead")

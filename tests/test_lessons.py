@@ -428,6 +428,82 @@ MISTAKES = [
 ]
 
 
+MISTAKES += [
+    Mistake(2, "reach_os", "copied-the-lesson", """
+        def reach_os():
+            return ("[c for c in ().__class__.__base__.__subclasses__() if c.__name__ == '_wrap_close'][0]"
+                    ".__init__.__globals__['getpid']()")
+        """, "that is the escape from above"),
+    Mistake(2, "reach_os", "uses-a-builtin", """
+        def reach_os():
+            return "__import__('os').getpid()"
+        """, "start from ()"),
+    Mistake(2, "load_scores", "eval-without-builtins", """
+        def load_scores(text):
+            return eval(text, {"__builtins__": {}})
+        """, "use ast.literal_eval"),
+    Mistake(2, "load_scores", "denylist-then-eval", """
+        def load_scores(text):
+            if "__" in text or "import" in text:
+                raise ValueError("refused")
+            return eval(text, {"__builtins__": {}})
+        """, "use ast.literal_eval"),
+]
+
+MISTAKES += [
+    Mistake(3, "run_with_timeout", "wait-without-kill", """
+        import subprocess, sys
+        def run_with_timeout(code, seconds):
+            proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                return "ok" if proc.wait(timeout=seconds) == 0 else "error"
+            except subprocess.TimeoutExpired:
+                return "timed_out"
+        """, "still running after run_with_timeout returned"),
+    Mistake(3, "run_with_timeout", "catch-exception", """
+        import subprocess, sys
+        def run_with_timeout(code, seconds):
+            try:
+                result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=seconds)
+            except Exception:
+                return "timed_out"
+            return "ok" if result.returncode == 0 else "error"
+        """, "not Exception"),
+    Mistake(3, "run_with_timeout", "timeout-as-error", """
+        import subprocess, sys
+        def run_with_timeout(code, seconds):
+            try:
+                result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=seconds)
+            except subprocess.TimeoutExpired:
+                return "error"
+            return "ok" if result.returncode == 0 else "error"
+        """, "not 'timed_out'"),
+    Mistake(3, "run_with_timeout", "no-catch", """
+        import subprocess, sys
+        def run_with_timeout(code, seconds):
+            result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=seconds)
+            return "ok" if result.returncode == 0 else "error"
+        """, "TimeoutExpired escape"),
+    Mistake(3, "wait_or_kill", "the-broken-version", """
+        import subprocess
+        def wait_or_kill(proc, seconds):
+            try:
+                return proc.wait(timeout=seconds)
+            except subprocess.TimeoutExpired:
+                return None
+        """, "still running after wait_or_kill returned"),
+    Mistake(3, "wait_or_kill", "kill-without-collecting", """
+        import subprocess
+        def wait_or_kill(proc, seconds):
+            try:
+                return proc.wait(timeout=seconds)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                return None
+        """, "still running after wait_or_kill returned"),
+]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mistake", MISTAKES, ids=str)
 def test_check_and_hidden_tests_both_reject_a_listed_mistake(mistake: Mistake, tmp_path: Path) -> None:
