@@ -503,6 +503,79 @@ MISTAKES += [
         """, "still running after wait_or_kill returned"),
 ]
 
+MISTAKES += [
+    Mistake(4, "allowlist_env", "copy-then-delete", """
+        import os
+        def allowlist_env(home, extra=None):
+            env = os.environ.copy()
+            for name in list(env):
+                if "TOKEN" in name or "SECRET" in name:
+                    del env[name]
+            env.update(HOME=str(home), TMPDIR=str(home), **(extra or {}))
+            return env
+        """, "start from an empty dict"),
+    Mistake(4, "allowlist_env", "no-path", """
+        import os
+        def allowlist_env(home, extra=None):
+            return {"HOME": str(home), "TMPDIR": str(home), **(extra or {})}
+        """, "there is no PATH"),
+    Mistake(4, "allowlist_env", "real-home", """
+        import os, sys
+        def allowlist_env(home, extra=None):
+            return {"PATH": os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin", "/bin"]),
+                    "HOME": os.path.expanduser("~"), "TMPDIR": str(home), **(extra or {})}
+        """, "real home"),
+    Mistake(4, "allowlist_env", "non-strings", """
+        import os, sys
+        def allowlist_env(home, extra=None):
+            return {"PATH": os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin", "/bin"]),
+                    "HOME": home, "TMPDIR": home, **(extra or {})}
+        """, "must be str"),
+    Mistake(4, "denylist_passes", "thinks-the-url-is-caught", """
+        SAMPLE = {"PATH": "", "HOME": "", "GITHUB_TOKEN": "", "DB_PASSWORD": "", "AWS_SECRET_ACCESS_KEY": "",
+                  "DATABASE_URL": "", "NPM_AUTH": "", "KEYBOARD_LAYOUT": ""}
+        def denylist_passes():
+            return {"PATH", "HOME", "KEYBOARD_LAYOUT"}
+        """, "a secret can hide under any other name"),
+]
+
+_RUN_LIMITED = """
+    import resource, signal, subprocess, sys
+    def run_limited(code, memory, cpu):
+        {setup}
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, {launch})
+        lines = result.stderr.strip().splitlines()
+        if lines and lines[-1].startswith("MemoryError"):
+            return "memory_limit"
+        if result.returncode in {killed}:
+            return "cpu_limit"
+        return "ok" if result.returncode == 0 else "error"
+    """
+_IN_CHILD = "def limit():\n            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))\n" \
+    "            resource.setrlimit(resource.RLIMIT_CPU, ({soft}, {hard}))"
+MISTAKES += [
+    Mistake(5, "run_limited", "setrlimit-in-the-notebook", _RUN_LIMITED.format(
+        setup="resource.setrlimit(resource.RLIMIT_AS, (memory, memory)); "
+              "resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))",
+        launch="timeout=60", killed="(-signal.SIGXCPU, -signal.SIGKILL)"), "changed this notebook's own limits"),
+    Mistake(5, "run_limited", "soft-equals-hard", _RUN_LIMITED.format(
+        setup=_IN_CHILD.format(soft="cpu", hard="cpu"), launch="preexec_fn=limit",
+        killed="(-signal.SIGXCPU, -signal.SIGKILL)"), "one second above the soft one"),
+    Mistake(5, "run_limited", "sigkill-only", _RUN_LIMITED.format(
+        setup=_IN_CHILD.format(soft="cpu", hard="cpu + 1"), launch="preexec_fn=limit",
+        killed="(-signal.SIGKILL,)"), "-signal.SIGXCPU"),
+    Mistake(5, "predict_limits", "as-is-memory-used-and-cpu-stops-sleep", """
+        PROGRAMS = dict.fromkeys("abcdef", "pass")
+        def predict_limits():
+            return {"a": "ok", "b": "ok", "c": "cpu_limit", "d": "cpu_limit", "e": "memory_limit", "f": "ok"}
+        """, "counts the interpreter's own address space"),
+    Mistake(5, "predict_limits", "cpu-stops-sleep", """
+        PROGRAMS = dict.fromkeys("abcdef", "pass")
+        def predict_limits():
+            return {"a": "ok", "b": "memory_limit", "c": "cpu_limit", "d": "cpu_limit", "e": "memory_limit", "f": "ok"}
+        """, "RLIMIT_CPU never stops time.sleep"),
+]
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mistake", MISTAKES, ids=str)
