@@ -305,6 +305,7 @@ CONTEXT = {
         "print('nbformat importable:', importlib.util.find_spec('nbformat') is not None)\"\n",
     12: "import os\n",
 }
+WORKED = {7: ("alive",)}  # worked cells (found by the names they define) that check cells use
 
 
 def _cell(lesson, cell_id: str):  # type: ignore[no-untyped-def]
@@ -328,7 +329,8 @@ def run_check(number: int, name: str, exercise: str | None = None, context: str 
     if exercise is not None:
         exercises[lesson.exercises.index(name)] = textwrap.dedent(exercise)
     script = "\n\n".join([
-        (LESSONS / "lessonkit.py").read_text(), CONTEXT.get(number, ""), context, *exercises,
+        (LESSONS / "lessonkit.py").read_text(), CONTEXT.get(number, ""), _worked_defs(lesson, *WORKED.get(number, ())),
+        context, *exercises,
         _cell(lesson, f"check-{name}").solution,
     ])
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=LESSONS, timeout=180)
@@ -574,6 +576,60 @@ MISTAKES += [
         def predict_limits():
             return {"a": "ok", "b": "memory_limit", "c": "cpu_limit", "d": "cpu_limit", "e": "memory_limit", "f": "ok"}
         """, "RLIMIT_CPU never stops time.sleep"),
+]
+
+MISTAKES += [
+    Mistake(6, "run_both_clocks", "wall-clock-only", """
+        import signal, subprocess, sys
+        def run_both_clocks(code, cpu, wall):
+            try:
+                result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=wall)
+            except subprocess.TimeoutExpired:
+                return "timed_out"
+            return "ok" if result.returncode == 0 else "error"
+        """, "set RLIMIT_CPU in the child"),
+    Mistake(6, "which_clock", "wall-below-cpu-limit", """
+        CASES = dict.fromkeys("abcd")
+        def which_clock():
+            return {"a": "cpu_limit", "b": "cpu_limit", "c": "timed_out", "d": "ok"}
+        """, "wall deadline shorter than the CPU limit"),
+    Mistake(6, "which_clock", "cpu-limit-per-family", """
+        CASES = dict.fromkeys("abcd")
+        def which_clock():
+            return {"a": "cpu_limit", "b": "timed_out", "c": "timed_out", "d": "cpu_limit"}
+        """, "per process, not per family"),
+]
+_RUN_TREE = """
+    import os, signal, subprocess, sys
+    def run_tree(code, wall):
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        try:
+            proc.communicate(timeout=wall)
+            status = "ok" if proc.returncode == 0 else "error"
+        except subprocess.TimeoutExpired:
+            {on_timeout}
+            status = "timed_out"
+        finally:
+            {always}
+        return status
+    """
+MISTAKES += [
+    Mistake(7, "run_tree", "proc-kill", _RUN_TREE.format(on_timeout="pass", always="proc.kill(); proc.communicate()"),
+            "kill the group even when the child exited"),
+    Mistake(7, "run_tree", "killpg-only-on-timeout", _RUN_TREE.format(
+        on_timeout="os.killpg(proc.pid, signal.SIGKILL); proc.communicate()", always="pass"),
+        "kill the group even when the child exited"),
+    Mistake(7, "run_tree", "no-process-lookup-error", _RUN_TREE.format(
+        on_timeout="pass", always="os.killpg(proc.pid, signal.SIGKILL); proc.communicate()"), "ProcessLookupError"),
+    Mistake(7, "run_tree", "getpgid-after-reaping", _RUN_TREE.format(
+        on_timeout="pass", always="os.killpg(os.getpgid(proc.pid), signal.SIGKILL); proc.communicate()"),
+        "ProcessLookupError"),
+    Mistake(7, "survivors", "setsid-is-still-in-the-group", """
+        def survivors():
+            return {"kill": True, "killpg": False, "killpg_after_setsid": False, "subreaper_sweep": False,
+                    "timeout_run": True}
+        """, "in a group of its own"),
 ]
 
 

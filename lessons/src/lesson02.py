@@ -46,7 +46,7 @@ print([c.__name__ for c in classes][:12])
 
 wrap_close = [c for c in classes if c.__name__ == "_wrap_close"][0]   # a small class defined in the os module
 print(wrap_close, "->", wrap_close.__init__.__globals__["__name__"], "module globals")
-del classes   # some classes cannot be saved for the next cell under the cellbox kernel; we do not need the list
+del classes   # we do not need the list any more
 """)
 
 md("""

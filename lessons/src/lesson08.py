@@ -53,8 +53,7 @@ try:
 except subprocess.SubprocessError as error:
     print(f"after {time.monotonic() - started:.1f} s: {type(error).__name__}: {error}")
 worker.join()
-# Locks and threads live in this process only; under the cellbox kernel every cell is a new process,
-# so we let go of them here instead of leaving the kernel to warn that they cannot be carried.
+# The thread has finished and nothing needs the lock any more: drop them.
 del lock, worker, preexec
 """)
 

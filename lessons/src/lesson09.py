@@ -52,7 +52,7 @@ nicest = subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", spin], stdo
 for name, proc in (("normal", normal), ("nice 19", nicest)):
     cpu, niceness = proc.communicate()[0].split()
     print(f"{name:>8} (niceness {niceness:>2}): {cpu} s of CPU in 1 s")
-del normal, nicest, proc   # processes cannot travel to the next cell under the cellbox kernel
+del normal, nicest, proc   # both have ended; later cells do not need them
 """)
 
 md("""

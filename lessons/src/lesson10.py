@@ -74,7 +74,7 @@ with open(os.path.join(project, "backend.py"), "w") as backend:
             "    note.write(f'the build backend ran and saw {len(os.environ)} environment variables')\\n"
             "def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):\\n"
             "    raise RuntimeError('this project builds nothing: it only wanted to run')\\n")
-del pyproject, backend   # closed files cannot travel to the next cell under the cellbox kernel
+del pyproject, backend   # both files are closed; later cells do not need them
 print(sorted(os.listdir(project)))
 """)
 

@@ -52,7 +52,7 @@ send = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=
 result = subprocess.run([sys.executable, "-c", send], capture_output=True, text=True, timeout=10)
 server.close()
 print("child's returncode:", result.returncode, "| the server received:", received)
-del server   # a socket cannot travel to the next cell under the cellbox kernel
+del server   # closed: later cells do not need it
 """)
 
 md("""
