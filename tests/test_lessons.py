@@ -632,6 +632,65 @@ MISTAKES += [
         """, "in a group of its own"),
 ]
 
+MISTAKES += [
+    Mistake(11, "verdict", "exit-code-only", """
+        def verdict(exit_code, expected, results, timed_out=False):
+            if timed_out:
+                return "timed_out"
+            return {0: "verified", 1: "failed"}.get(exit_code, "unverified")
+        """, "os._exit(0) faker"),
+    Mistake(11, "verdict", "the-old-rule", """
+        def verdict(exit_code, expected, results, timed_out=False):
+            if timed_out:
+                return "timed_out"
+            if results is None or set(results) != set(expected) or not expected:
+                return "unverified"
+            outcomes = set(results.values())
+            if exit_code == 0 and outcomes == {"passed"}:
+                return "verified"
+            if exit_code == 1 and "failed" in outcomes:
+                return "failed"
+            return "unverified"
+        """, "a test in error"),
+    Mistake(11, "verdict", "skip-is-a-pass", """
+        def verdict(exit_code, expected, results, timed_out=False):
+            if timed_out:
+                return "timed_out"
+            if exit_code not in (0, 1) or results is None or set(results) != set(expected):
+                return "unverified"
+            outcomes = set(results.values()) - {"skipped"}
+            if outcomes == {"passed"}:
+                return "verified" if exit_code == 0 else "unverified"
+            if exit_code == 0 and outcomes & {"failed", "error"}:
+                return "unverified"
+            return "failed"
+        """, "a skip is not a pass"),
+    Mistake(11, "badge_colour", "substring", """
+        def badge_colour(label):
+            return "green" if "VERIFIED" in label else "red" if "FAILED" in label else "grey"
+        """, "compare labels with =="),
+]
+
+MISTAKES += [
+    Mistake(13, "limits_line", "float-formatting", """
+        def limits_line(outcome):
+            limits, status = outcome["limits"], outcome["status"]
+            if status == "timed_out":
+                return f"%%limits wall={limits['wall_time'] * 2}"
+            if status == "cpu_limit":
+                return f"%%limits cpu={limits['cpu_time'] * 2}"
+            if status == "memory_limit":
+                return f"%%limits memory={limits['memory'] * 2 // (1024 * 1024)}M"
+            if status == "output_limit":
+                return f"%%limits output={limits['output'] * 2 // 1024}K"
+            return None
+        """, "format them with :g"),
+    Mistake(13, "limit_hit", "forgets-output", """
+        def limit_hit(outcome):
+            return {"timed_out": "wall_time", "cpu_limit": "cpu_time", "memory_limit": "memory"}.get(outcome["status"])
+        """, "expected 'output'"),
+]
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mistake", MISTAKES, ids=str)
@@ -643,7 +702,7 @@ def test_check_and_hidden_tests_both_reject_a_listed_mistake(mistake: Mistake, t
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("number", sorted({m.lesson for m in MISTAKES}), ids=lambda n: f"lesson{n:02d}")
+@pytest.mark.parametrize("number", sorted(LESSON), ids=lambda n: f"lesson{n:02d}")
 def test_solutions_pass_their_checks_and_hidden_tests(number: int, tmp_path: Path) -> None:
     for name in LESSON[number].exercises:
         line = run_check(number, name)
