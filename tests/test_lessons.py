@@ -691,6 +691,32 @@ MISTAKES += [
         """, "expected 'output'"),
 ]
 
+_LAUNCHER = """
+    import sys
+    def launcher_command(argv, memory, cpu):
+        source = (
+            "import os, resource, subprocess, sys\\n"
+            "memory, cpu = int(sys.argv[1]), int(sys.argv[2])\\n"
+            {body}
+        )
+        return [sys.executable, "-c", source, str(memory), str(cpu), *argv]
+    """
+_LIMITS = ('"resource.setrlimit(resource.RLIMIT_AS, (memory, memory))\\n"\n'
+           '            "resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))\\n"')
+MISTAKES += [
+    Mistake(8, "launcher_command", "limits-after-exec", _LAUNCHER.format(
+        body='"os.execvp(sys.argv[3], sys.argv[3:])\\n"\n            ' + _LIMITS), "expected"),
+    Mistake(8, "launcher_command", "subprocess-instead-of-exec", _LAUNCHER.format(
+        body=_LIMITS + '\n            "sys.exit(subprocess.call(sys.argv[3:]))\\n"'), "exec it with os.execvp"),
+    Mistake(8, "launcher_command", "execv-with-a-bare-name", _LAUNCHER.format(
+        body=_LIMITS + '\n            "os.execv(sys.argv[3], sys.argv[3:])\\n"'), "os.execv needs a path"),
+    Mistake(8, "unsafe_with_threads", "preexec-setsid-is-safe", """
+        WAYS = dict.fromkeys("abcdef", "")
+        def unsafe_with_threads():
+            return {"a"}
+        """, "use start_new_session=True"),
+]
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mistake", MISTAKES, ids=str)
