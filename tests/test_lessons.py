@@ -717,6 +717,23 @@ MISTAKES += [
         """, "use start_new_session=True"),
 ]
 
+MISTAKES += [
+    Mistake(9, "courteous", "nice-without-n", """
+        def courteous(argv):
+            return ["nice", "19", *argv]
+        """, "without -n"),
+    Mistake(9, "courteous", "no-nice-at-all", """
+        import shutil
+        def courteous(argv):
+            return (["ionice", "-c", "3"] if shutil.which("ionice") else []) + list(argv)
+        """, "expected 19"),
+    Mistake(9, "predict_niceness", "no-cap-at-19", """
+        CASES = dict.fromkeys("abcd")
+        def predict_niceness():
+            return {"a": 10, "b": 24, "c": 13, "d": 10}
+        """, "stops at 19"),
+]
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mistake", MISTAKES, ids=str)
