@@ -734,6 +734,25 @@ MISTAKES += [
         """, "stops at 19"),
 ]
 
+MISTAKES += [
+    Mistake(10, "fresh_venv", "system-site-packages", """
+        import os, venv
+        def fresh_venv(path):
+            venv.create(path, with_pip=False, symlinks=True, system_site_packages=True)
+            return os.path.join(str(path), "bin", "python")
+        """, "system_site_packages"),
+    Mistake(10, "fresh_venv", "the-notebooks-own-python", """
+        import sys
+        def fresh_venv(path):
+            return sys.executable
+        """, "not the new venv"),
+    Mistake(10, "runs_project_code", "pip-is-trusted", """
+        STEPS = dict.fromkeys("abcdef", "")
+        def runs_project_code():
+            return {"e", "f"}
+        """, "it belongs in the sandbox"),
+]
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mistake", MISTAKES, ids=str)
