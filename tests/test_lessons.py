@@ -102,12 +102,23 @@ def _solution_lines(solution: str, student: str) -> list[str]:
 @pytest.mark.parametrize("lesson", LESSON_LIST, ids=lambda lesson: lesson.filename)
 def test_lesson_has_goal_plan_exercise_mistakes_next_steps_and_pointer(lesson) -> None:  # type: ignore[no-untyped-def]
     markdown = "\n".join(cell.student for cell in lesson.cells if cell.kind == "markdown")
-    for part in ("**Goal:**", "**The plan.**", "## Common mistakes", "## Try this next", "## The real thing"):
+    for part in ("**Goal:**", "**The plan.**", "## Common mistakes", "## Try this next", "## Key points",
+                 "## The real thing"):
         assert part in markdown, f"{lesson.filename} has no {part!r}"
     assert "cellbox." in markdown.split("## The real thing", 1)[1]
     assert lesson.exercises, f"{lesson.filename} has no exercise"
     checks = [cell.id for cell in lesson.cells if cell.id.startswith("check-")]
     assert sorted(checks) == sorted(f"check-{name}" for name in lesson.exercises)
+    answers = [cell for cell in lesson.cells if cell.solutions_only]
+    assert len(answers) == 1 and '## Answers to "Try this next"' in answers[0].solution
+    if lesson.number <= 10:
+        assert len(lesson.exercises) >= 2, f"{lesson.filename} needs a second exercise of another kind"
+
+
+def test_answers_are_in_the_solutions_only() -> None:
+    for lesson in LESSON_LIST:
+        assert '## Answers to "Try this next"' not in STUDENT[lesson.filename].read_text()
+        assert '## Answers to \\"Try this next\\"' in SOLUTION[lesson.filename].read_text()
 
 
 def test_split_solution_replaces_the_marked_block() -> None:

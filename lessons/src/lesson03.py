@@ -131,12 +131,8 @@ exercise("wait_or_kill", """
 import subprocess
 
 def wait_or_kill(proc, seconds):
-    \"\"\"The return code of Popen `proc` if it ends within `seconds`; else kill it, collect it, return None.\"\"\"
-    # The broken version:
-    #     try:
-    #         return proc.wait(timeout=seconds)
-    #     except subprocess.TimeoutExpired:
-    #         return None                      # ... and the child runs on
+    \"\"\"The return code of Popen `proc` if it ends within `seconds`; else kill it, collect it, give back None.\"\"\"
+    # The broken version waits with proc.wait(seconds) and, on TimeoutExpired, gives up and leaves: the child runs on.
     ### BEGIN SOLUTION
     try:
         return proc.wait(timeout=seconds)
