@@ -11,6 +11,7 @@ Each lesson is written once, as ``lessons/src/lessonNN.py``: a script of calls t
   ``### END SOLUTION`` are the solution; the student's copy has ``# YOUR CODE HERE`` and
   ``raise NotImplementedError`` there instead.
 * ``check(name, src)``: a check cell for exercise ``name`` (it calls the helpers of lessonkit.py).
+* ``answers(text)``: a Markdown cell in the solutions notebook only: the answers to "Try this next".
 
 The build writes two notebooks per lesson: ``lessons/NN-slug.ipynb`` for students and
 ``lessons/solutions/NN-slug.ipynb`` with the solutions filled in.  Both are nbformat 4, carry the ``cellbox``
@@ -47,6 +48,7 @@ class Cell:
     solution: str
     tags: tuple[str, ...] = ()
     hidden: bool = False
+    solutions_only: bool = False
 
 
 @dataclass
@@ -139,7 +141,11 @@ def load(path: Path) -> Lesson:
     def check(name: str, src: str) -> None:
         current().add("code", f"check-{name}", src, tags=("check", "skip-grading"))
 
-    namespace = {"lesson": lesson, "md": md, "code": code, "exercise": exercise, "check": check, "__file__": str(path)}
+    def answers(text: str) -> None:
+        current().add("markdown", "answers", text, solutions_only=True)
+
+    namespace = {"lesson": lesson, "md": md, "code": code, "exercise": exercise, "check": check, "answers": answers,
+                 "__file__": str(path)}
     exec(compile(path.read_text(), str(path), "exec"), namespace)
     return current()
 
@@ -149,6 +155,8 @@ def notebook(lesson: Lesson, solutions: bool) -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook()
     nb.metadata = {"kernelspec": dict(KERNELSPEC), "language_info": dict(LANGUAGE_INFO)}
     for cell in lesson.cells:
+        if cell.solutions_only and not solutions:
+            continue
         source = cell.solution if solutions else cell.student
         if cell.kind == "markdown":
             new = nbformat.v4.new_markdown_cell(source)

@@ -12,7 +12,15 @@ A check cell looks like this::
     check("run_isolated", test)
 """
 
+import builtins as _builtins
+import subprocess as _subprocess
+import sys as _sys
+
 PASS, FAIL, TODO = "\u2714", "\u2718", "\u2026"
+
+# Captured now, before any student code runs: code under test may replace builtins.print (an `exec` in this
+# process does exactly that), and the check must still be able to say so.
+_print, _type, _isinstance, _str = _builtins.print, _builtins.type, _builtins.isinstance, _builtins.str
 
 
 class Feedback(Exception):
@@ -25,21 +33,54 @@ def expect(condition, message):
         raise Feedback(message)
 
 
+def _hint(name, error):
+    """One sentence for an exception a student's function often raises, or None."""
+    text = _str(error)
+    if _isinstance(error, ProcessLookupError):
+        return (f"{name} raised ProcessLookupError ({text}): the process or group it signalled had already ended "
+                "and been collected; catch ProcessLookupError around os.kill/os.killpg, it means nothing was left")
+    if _isinstance(error, ValueError) and "limit" in text:
+        return (f"{name} raised ValueError from setrlimit ({text}): a process may lower its limits but never raise "
+                "a hard limit again, so set limits in the child (preexec_fn), not in the notebook")
+    if _isinstance(error, _subprocess.SubprocessError) and "preexec_fn" in text:
+        return (f"{name}: the preexec_fn raised in the child, which never started ({text}); often setrlimit "
+                "refused a value, such as a soft limit above the hard one")
+    if _isinstance(error, _subprocess.TimeoutExpired):
+        return f"{name} let subprocess.TimeoutExpired escape: catch it and return a result instead"
+    if _isinstance(error, SystemExit):
+        return (f"{name} raised SystemExit({text!r}): the code under test ended the process it ran in; "
+                "run it in a child process instead")
+    if _isinstance(error, NameError):
+        return f"{name} raised NameError: {text}; if it comes from an earlier cell, run the cells above first"
+    return None
+
+
 def check(name, test):
     """Run test() and print one line about exercise ``name``.
 
-    test() returns a short description of what now works, or raises Feedback.  A NotImplementedError
-    (the scaffold) and any other exception become feedback too: a check cell never raises.
+    test() returns a short description of what now works, or raises Feedback.  A NotImplementedError (the
+    scaffold) and any other exception become feedback too: a check cell never raises, whatever the code under
+    test did to builtins or to sys.stdout (both are put back before the line is printed).
     """
+    saved_builtins = dict(vars(_builtins))
+    saved_streams = _sys.stdout, _sys.stderr
     try:
         done = test()
     except NotImplementedError:
-        print(f"{TODO} {name}: not done yet: replace the NotImplementedError in {name}")
+        line = f"{TODO} {name}: not done yet: replace the NotImplementedError in {name}"
     except Feedback as problem:
-        print(f"{FAIL} {name}: {problem}")
-    except NameError as error:
-        print(f"{FAIL} {name} raised NameError: {error}; if it comes from an earlier cell, run the cells above first")
-    except Exception as error:  # the student's code failed in a way the check did not foresee
-        print(f"{FAIL} {name} raised {type(error).__name__}: {error}")
+        line = f"{FAIL} {name}: {problem}"
+    except KeyboardInterrupt:
+        line = f"{FAIL} {name}: the check was interrupted before it finished"
+    except BaseException as error:  # the student's code failed in a way the check did not foresee
+        line = _hint(name, error) or f"{name} raised {_type(error).__name__}: {error}"
+        line = f"{FAIL} {line}"
     else:
-        print(f"{PASS} {name}: {done or 'correct'}")
+        line = f"{PASS} {name}: {done or 'correct'}"
+    changed = sorted(key for key, value in saved_builtins.items() if vars(_builtins).get(key) is not value)
+    vars(_builtins).update(saved_builtins)
+    _sys.stdout, _sys.stderr = saved_streams
+    if changed and line.startswith(PASS):
+        line = (f"{FAIL} {name}: the code under test replaced this notebook's own builtins ({', '.join(changed)}): "
+                "it ran in this process, so run it in a child process instead")
+    _print(line)

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
 import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -97,12 +102,23 @@ def _solution_lines(solution: str, student: str) -> list[str]:
 @pytest.mark.parametrize("lesson", LESSON_LIST, ids=lambda lesson: lesson.filename)
 def test_lesson_has_goal_plan_exercise_mistakes_next_steps_and_pointer(lesson) -> None:  # type: ignore[no-untyped-def]
     markdown = "\n".join(cell.student for cell in lesson.cells if cell.kind == "markdown")
-    for part in ("**Goal:**", "**The plan.**", "## Common mistakes", "## Try this next", "## The real thing"):
+    for part in ("**Goal:**", "**The plan.**", "## Common mistakes", "## Try this next", "## Key points",
+                 "## The real thing"):
         assert part in markdown, f"{lesson.filename} has no {part!r}"
     assert "cellbox." in markdown.split("## The real thing", 1)[1]
     assert lesson.exercises, f"{lesson.filename} has no exercise"
     checks = [cell.id for cell in lesson.cells if cell.id.startswith("check-")]
     assert sorted(checks) == sorted(f"check-{name}" for name in lesson.exercises)
+    answers = [cell for cell in lesson.cells if cell.solutions_only]
+    assert len(answers) == 1 and '## Answers to "Try this next"' in answers[0].solution
+    if lesson.number <= 10:
+        assert len(lesson.exercises) >= 2, f"{lesson.filename} needs a second exercise of another kind"
+
+
+def test_answers_are_in_the_solutions_only() -> None:
+    for lesson in LESSON_LIST:
+        assert '## Answers to "Try this next"' not in STUDENT[lesson.filename].read_text()
+        assert '## Answers to \\"Try this next\\"' in SOLUTION[lesson.filename].read_text()
 
 
 def test_split_solution_replaces_the_marked_block() -> None:
@@ -276,3 +292,493 @@ def test_grading_single_lesson_notebooks_gives_verified_and_failed(tmp_path: Pat
     assert rows[0].startswith("id,verdict,passed,failed")
     verdicts = {row.split(",")[0]: row.split(",")[1] for row in rows[1:]}
     assert verdicts == {"alice": "verified", "bob": "failed"}
+
+
+# ------------------------------------------------------------------ checks as strict as the instructor tests
+#
+# Each lesson's listed mistakes and typical wrong attempts go through its check cell (run as plain Python, with
+# the lessonkit setup cell and the few names of worked cells the check uses) and through its hidden tests (pytest
+# on a module made of the setup cell and the exercise cells, as ``cellbox grade`` makes it).  Both must say no: a
+# ✘ line naming the mistake, and a pytest run that fails (the grader's ``failed``).  The solutions pass both.
+
+LESSON = {lesson.number: lesson for lesson in LESSON_LIST}
+
+# Names that check cells take from the lesson's worked cells.
+CONTEXT = {
+    2: "escape = \"[c for c in ().__class__.__base__.__subclasses__() if c.__name__ == '_wrap_close'][0]"
+       ".__init__.__globals__['getpid']()\"\n",
+    3: "import subprocess, sys\n",
+    7: "import os, signal, subprocess, sys, time\n",
+    8: "import subprocess, sys\nMB = 1024 * 1024\n",
+    9: "import subprocess, sys, shutil\n",
+    10: "import os, shutil, subprocess, sys, tempfile\n"
+        "ask = \"import sys, importlib.util; print(sys.prefix); "
+        "print('nbformat importable:', importlib.util.find_spec('nbformat') is not None)\"\n",
+    12: "import os\n",
+}
+WORKED = {7: ("alive",)}  # worked cells (found by the names they define) that check cells use
+
+
+def _cell(lesson, cell_id: str):  # type: ignore[no-untyped-def]
+    return next(cell for cell in lesson.cells if cell.id == cell_id)
+
+
+def _worked_defs(lesson, *names: str) -> str:  # type: ignore[no-untyped-def]
+    """The source of the worked cells that define any of ``names`` (def NAME or NAME =)."""
+    wanted = []
+    for cell in lesson.cells:
+        if cell.kind == "code" and cell.id.startswith("code-"):
+            if any(f"def {name}(" in cell.solution or f"\n{name} = " in "\n" + cell.solution for name in names):
+                wanted.append(cell.solution)
+    return "\n".join(wanted)
+
+
+def run_check(number: int, name: str, exercise: str | None = None, context: str = "") -> str:
+    """The line the check cell of exercise ``name`` prints, with ``exercise`` as the student's cell."""
+    lesson = LESSON[number]
+    exercises = [_cell(lesson, f"exercise-{other}").solution for other in lesson.exercises]
+    if exercise is not None:
+        exercises[lesson.exercises.index(name)] = textwrap.dedent(exercise)
+    script = "\n\n".join([
+        (LESSONS / "lessonkit.py").read_text(), CONTEXT.get(number, ""), _worked_defs(lesson, *WORKED.get(number, ())),
+        context, *exercises,
+        _cell(lesson, f"check-{name}").solution,
+    ])
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=LESSONS, timeout=180)
+    lines = [line for line in done.stdout.splitlines() if line[:1] in (PASS, FAIL, TODO)]
+    assert len(lines) == 1 and done.returncode == 0, (done.stdout, done.stderr)
+    return lines[0]
+
+
+def run_hidden_tests(number: int, tmp: Path, name: str | None = None, exercise: str | None = None) -> dict[str, str]:
+    """{test name: outcome} of the lesson's hidden tests on the module ``cellbox grade`` makes of its notebook."""
+    lesson = LESSON[number]
+    cells = [_cell(lesson, "setup").solution]
+    for other in lesson.exercises:
+        src = _cell(lesson, f"exercise-{other}").solution
+        cells.append(textwrap.dedent(exercise) if other == name and exercise is not None else src)
+    module = "nb_" + lesson.filename[: -len(".ipynb")].replace("-", "_")
+    (tmp / f"{module}.py").write_text("\n\n".join(cells) + "\n")
+    (tmp / "pytest.ini").write_text("[pytest]\n")
+    report = tmp / "report.xml"
+    env = {**os.environ, "PYTHONPATH": str(tmp), "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(tmp / "pytest.ini"),
+         "--rootdir", str(tmp), f"--junitxml={report}", str(LESSONS / "grading" / f"test_lesson{number:02d}.py")],
+        capture_output=True, text=True, cwd=tmp, env=env, timeout=300,
+    )
+    said = f"pytest exit {done.returncode}: {done.stdout[-2000:]} {done.stderr[-2000:]}"
+    assert report.exists(), f"no report: {said}"
+    assert done.returncode in (0, 1), said
+    outcomes = {}
+    for case in ET.parse(report).getroot().iter("testcase"):
+        tags = {child.tag for child in case}
+        outcomes[case.get("name", "")] = (
+            "failed" if tags & {"failure", "error"} else "skipped" if "skipped" in tags else "passed"
+        )
+    return outcomes
+
+
+@dataclass
+class Mistake:
+    """A wrong attempt at one exercise: the check must print ✘ with ``hint``; a hidden test must fail."""
+
+    lesson: int
+    exercise: str
+    label: str
+    source: str
+    hint: str
+    context: str = ""
+
+    def __str__(self) -> str:
+        return f"lesson{self.lesson:02d}-{self.exercise}-{self.label}"
+
+
+MISTAKES = [
+    Mistake(1, "run_isolated", "returncode-the-wrong-way-round", """
+        import subprocess, sys
+        def run_isolated(code):
+            result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+            return bool(result.returncode), result.stdout, result.stderr
+        """, "compare returncode with 0"),
+    Mistake(1, "run_isolated", "no-capture-output", """
+        import subprocess, sys
+        def run_isolated(code):
+            result = subprocess.run([sys.executable, "-c", code], text=True)
+            return result.returncode == 0, result.stdout, result.stderr
+        """, "capture_output=True"),
+    Mistake(1, "run_isolated", "no-text", """
+        import subprocess, sys
+        def run_isolated(code):
+            result = subprocess.run([sys.executable, "-c", code], capture_output=True)
+            return result.returncode == 0, result.stdout, result.stderr
+        """, "text=True"),
+    Mistake(1, "run_isolated", "shell-string", """
+        import subprocess, sys
+        def run_isolated(code):
+            result = subprocess.run(f"{sys.executable} -c '{code}'", shell=True, capture_output=True, text=True)
+            return result.returncode == 0, result.stdout, result.stderr
+        """, "shell=True"),
+    Mistake(1, "run_isolated", "exec-in-this-process", """
+        import contextlib, io, traceback
+        def run_isolated(code):
+            out, err = io.StringIO(), io.StringIO()
+            try:
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                    exec(code, {})
+            except Exception:
+                return False, out.getvalue(), traceback.format_exc()
+            return True, out.getvalue(), err.getvalue()
+        """, "run it in a child process"),
+    Mistake(1, "predict", "output-lost-on-failure", """
+        SNIPPETS = {"a": "print('one'); print('two')", "b": "print('start'); 1 / 0",
+                    "c": "import sys; sys.stderr.write('careful\\\\n')", "d": "import sys; print('bye'); sys.exit(0)",
+                    "e": "import sys; sys.exit('stopped')"}
+        def predict():
+            return {"a": (True, "one\\ntwo\\n"), "b": (False, ""), "c": (True, ""), "d": (True, "bye\\n"),
+                    "e": (False, "")}
+        """, "output printed before a failure stays in stdout"),
+]
+
+
+MISTAKES += [
+    Mistake(2, "reach_os", "copied-the-lesson", """
+        def reach_os():
+            return ("[c for c in ().__class__.__base__.__subclasses__() if c.__name__ == '_wrap_close'][0]"
+                    ".__init__.__globals__['getpid']()")
+        """, "that is the escape from above"),
+    Mistake(2, "reach_os", "uses-a-builtin", """
+        def reach_os():
+            return "__import__('os').getpid()"
+        """, "start from ()"),
+    Mistake(2, "load_scores", "eval-without-builtins", """
+        def load_scores(text):
+            return eval(text, {"__builtins__": {}})
+        """, "use ast.literal_eval"),
+    Mistake(2, "load_scores", "denylist-then-eval", """
+        def load_scores(text):
+            if "__" in text or "import" in text:
+                raise ValueError("refused")
+            return eval(text, {"__builtins__": {}})
+        """, "use ast.literal_eval"),
+]
+
+MISTAKES += [
+    Mistake(3, "run_with_timeout", "wait-without-kill", """
+        import subprocess, sys
+        def run_with_timeout(code, seconds):
+            proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                return "ok" if proc.wait(timeout=seconds) == 0 else "error"
+            except subprocess.TimeoutExpired:
+                return "timed_out"
+        """, "still running after run_with_timeout returned"),
+    Mistake(3, "run_with_timeout", "catch-exception", """
+        import subprocess, sys
+        def run_with_timeout(code, seconds):
+            try:
+                result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=seconds)
+            except Exception:
+                return "timed_out"
+            return "ok" if result.returncode == 0 else "error"
+        """, "not Exception"),
+    Mistake(3, "run_with_timeout", "timeout-as-error", """
+        import subprocess, sys
+        def run_with_timeout(code, seconds):
+            try:
+                result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=seconds)
+            except subprocess.TimeoutExpired:
+                return "error"
+            return "ok" if result.returncode == 0 else "error"
+        """, "not 'timed_out'"),
+    Mistake(3, "run_with_timeout", "no-catch", """
+        import subprocess, sys
+        def run_with_timeout(code, seconds):
+            result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=seconds)
+            return "ok" if result.returncode == 0 else "error"
+        """, "TimeoutExpired escape"),
+    Mistake(3, "wait_or_kill", "the-broken-version", """
+        import subprocess
+        def wait_or_kill(proc, seconds):
+            try:
+                return proc.wait(timeout=seconds)
+            except subprocess.TimeoutExpired:
+                return None
+        """, "still running after wait_or_kill returned"),
+    Mistake(3, "wait_or_kill", "kill-without-collecting", """
+        import subprocess
+        def wait_or_kill(proc, seconds):
+            try:
+                return proc.wait(timeout=seconds)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                return None
+        """, "still running after wait_or_kill returned"),
+]
+
+MISTAKES += [
+    Mistake(4, "allowlist_env", "copy-then-delete", """
+        import os
+        def allowlist_env(home, extra=None):
+            env = os.environ.copy()
+            for name in list(env):
+                if "TOKEN" in name or "SECRET" in name:
+                    del env[name]
+            env.update(HOME=str(home), TMPDIR=str(home), **(extra or {}))
+            return env
+        """, "start from an empty dict"),
+    Mistake(4, "allowlist_env", "no-path", """
+        import os
+        def allowlist_env(home, extra=None):
+            return {"HOME": str(home), "TMPDIR": str(home), **(extra or {})}
+        """, "there is no PATH"),
+    Mistake(4, "allowlist_env", "real-home", """
+        import os, sys
+        def allowlist_env(home, extra=None):
+            return {"PATH": os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin", "/bin"]),
+                    "HOME": os.path.expanduser("~"), "TMPDIR": str(home), **(extra or {})}
+        """, "real home"),
+    Mistake(4, "allowlist_env", "non-strings", """
+        import os, sys
+        def allowlist_env(home, extra=None):
+            return {"PATH": os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin", "/bin"]),
+                    "HOME": home, "TMPDIR": home, **(extra or {})}
+        """, "must be str"),
+    Mistake(4, "denylist_passes", "thinks-the-url-is-caught", """
+        SAMPLE = {"PATH": "", "HOME": "", "GITHUB_TOKEN": "", "DB_PASSWORD": "", "AWS_SECRET_ACCESS_KEY": "",
+                  "DATABASE_URL": "", "NPM_AUTH": "", "KEYBOARD_LAYOUT": ""}
+        def denylist_passes():
+            return {"PATH", "HOME", "KEYBOARD_LAYOUT"}
+        """, "a secret can hide under any other name"),
+]
+
+_RUN_LIMITED = """
+    import resource, signal, subprocess, sys
+    def run_limited(code, memory, cpu):
+        {setup}
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, {launch})
+        lines = result.stderr.strip().splitlines()
+        if lines and lines[-1].startswith("MemoryError"):
+            return "memory_limit"
+        if result.returncode in {killed}:
+            return "cpu_limit"
+        return "ok" if result.returncode == 0 else "error"
+    """
+_IN_CHILD = "def limit():\n            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))\n" \
+    "            resource.setrlimit(resource.RLIMIT_CPU, ({soft}, {hard}))"
+MISTAKES += [
+    Mistake(5, "run_limited", "setrlimit-in-the-notebook", _RUN_LIMITED.format(
+        setup="resource.setrlimit(resource.RLIMIT_AS, (memory, memory)); "
+              "resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))",
+        launch="timeout=60", killed="(-signal.SIGXCPU, -signal.SIGKILL)"), "changed this notebook's own limits"),
+    Mistake(5, "run_limited", "soft-equals-hard", _RUN_LIMITED.format(
+        setup=_IN_CHILD.format(soft="cpu", hard="cpu"), launch="preexec_fn=limit",
+        killed="(-signal.SIGXCPU, -signal.SIGKILL)"), "one second above the soft one"),
+    Mistake(5, "run_limited", "sigkill-only", _RUN_LIMITED.format(
+        setup=_IN_CHILD.format(soft="cpu", hard="cpu + 1"), launch="preexec_fn=limit",
+        killed="(-signal.SIGKILL,)"), "-signal.SIGXCPU"),
+    Mistake(5, "predict_limits", "as-is-memory-used-and-cpu-stops-sleep", """
+        PROGRAMS = dict.fromkeys("abcdef", "pass")
+        def predict_limits():
+            return {"a": "ok", "b": "ok", "c": "cpu_limit", "d": "cpu_limit", "e": "memory_limit", "f": "ok"}
+        """, "counts the interpreter's own address space"),
+    Mistake(5, "predict_limits", "cpu-stops-sleep", """
+        PROGRAMS = dict.fromkeys("abcdef", "pass")
+        def predict_limits():
+            return {"a": "ok", "b": "memory_limit", "c": "cpu_limit", "d": "cpu_limit", "e": "memory_limit", "f": "ok"}
+        """, "RLIMIT_CPU never stops time.sleep"),
+]
+
+MISTAKES += [
+    Mistake(6, "run_both_clocks", "wall-clock-only", """
+        import signal, subprocess, sys
+        def run_both_clocks(code, cpu, wall):
+            try:
+                result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=wall)
+            except subprocess.TimeoutExpired:
+                return "timed_out"
+            return "ok" if result.returncode == 0 else "error"
+        """, "set RLIMIT_CPU in the child"),
+    Mistake(6, "which_clock", "wall-below-cpu-limit", """
+        CASES = dict.fromkeys("abcd")
+        def which_clock():
+            return {"a": "cpu_limit", "b": "cpu_limit", "c": "timed_out", "d": "ok"}
+        """, "wall deadline shorter than the CPU limit"),
+    Mistake(6, "which_clock", "cpu-limit-per-family", """
+        CASES = dict.fromkeys("abcd")
+        def which_clock():
+            return {"a": "cpu_limit", "b": "timed_out", "c": "timed_out", "d": "cpu_limit"}
+        """, "per process, not per family"),
+]
+_RUN_TREE = """
+    import os, signal, subprocess, sys
+    def run_tree(code, wall):
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        try:
+            proc.communicate(timeout=wall)
+            status = "ok" if proc.returncode == 0 else "error"
+        except subprocess.TimeoutExpired:
+            {on_timeout}
+            status = "timed_out"
+        finally:
+            {always}
+        return status
+    """
+MISTAKES += [
+    Mistake(7, "run_tree", "proc-kill", _RUN_TREE.format(on_timeout="pass", always="proc.kill(); proc.communicate()"),
+            "kill the group even when the child exited"),
+    Mistake(7, "run_tree", "killpg-only-on-timeout", _RUN_TREE.format(
+        on_timeout="os.killpg(proc.pid, signal.SIGKILL); proc.communicate()", always="pass"),
+        "kill the group even when the child exited"),
+    Mistake(7, "run_tree", "no-process-lookup-error", _RUN_TREE.format(
+        on_timeout="pass", always="os.killpg(proc.pid, signal.SIGKILL); proc.communicate()"), "ProcessLookupError"),
+    Mistake(7, "run_tree", "getpgid-after-reaping", _RUN_TREE.format(
+        on_timeout="pass", always="os.killpg(os.getpgid(proc.pid), signal.SIGKILL); proc.communicate()"),
+        "ProcessLookupError"),
+    Mistake(7, "survivors", "setsid-is-still-in-the-group", """
+        def survivors():
+            return {"kill": True, "killpg": False, "killpg_after_setsid": False, "subreaper_sweep": False,
+                    "timeout_run": True}
+        """, "in a group of its own"),
+]
+
+MISTAKES += [
+    Mistake(11, "verdict", "exit-code-only", """
+        def verdict(exit_code, expected, results, timed_out=False):
+            if timed_out:
+                return "timed_out"
+            return {0: "verified", 1: "failed"}.get(exit_code, "unverified")
+        """, "os._exit(0) faker"),
+    Mistake(11, "verdict", "the-old-rule", """
+        def verdict(exit_code, expected, results, timed_out=False):
+            if timed_out:
+                return "timed_out"
+            if results is None or set(results) != set(expected) or not expected:
+                return "unverified"
+            outcomes = set(results.values())
+            if exit_code == 0 and outcomes == {"passed"}:
+                return "verified"
+            if exit_code == 1 and "failed" in outcomes:
+                return "failed"
+            return "unverified"
+        """, "a test in error"),
+    Mistake(11, "verdict", "skip-is-a-pass", """
+        def verdict(exit_code, expected, results, timed_out=False):
+            if timed_out:
+                return "timed_out"
+            if exit_code not in (0, 1) or results is None or set(results) != set(expected):
+                return "unverified"
+            outcomes = set(results.values()) - {"skipped"}
+            if outcomes == {"passed"}:
+                return "verified" if exit_code == 0 else "unverified"
+            if exit_code == 0 and outcomes & {"failed", "error"}:
+                return "unverified"
+            return "failed"
+        """, "a skip is not a pass"),
+    Mistake(11, "badge_colour", "substring", """
+        def badge_colour(label):
+            return "green" if "VERIFIED" in label else "red" if "FAILED" in label else "grey"
+        """, "compare labels with =="),
+]
+
+MISTAKES += [
+    Mistake(13, "limits_line", "float-formatting", """
+        def limits_line(outcome):
+            limits, status = outcome["limits"], outcome["status"]
+            if status == "timed_out":
+                return f"%%limits wall={limits['wall_time'] * 2}"
+            if status == "cpu_limit":
+                return f"%%limits cpu={limits['cpu_time'] * 2}"
+            if status == "memory_limit":
+                return f"%%limits memory={limits['memory'] * 2 // (1024 * 1024)}M"
+            if status == "output_limit":
+                return f"%%limits output={limits['output'] * 2 // 1024}K"
+            return None
+        """, "format them with :g"),
+    Mistake(13, "limit_hit", "forgets-output", """
+        def limit_hit(outcome):
+            return {"timed_out": "wall_time", "cpu_limit": "cpu_time", "memory_limit": "memory"}.get(outcome["status"])
+        """, "expected 'output'"),
+]
+
+_LAUNCHER = """
+    import sys
+    def launcher_command(argv, memory, cpu):
+        source = (
+            "import os, resource, subprocess, sys\\n"
+            "memory, cpu = int(sys.argv[1]), int(sys.argv[2])\\n"
+            {body}
+        )
+        return [sys.executable, "-c", source, str(memory), str(cpu), *argv]
+    """
+_LIMITS = ('"resource.setrlimit(resource.RLIMIT_AS, (memory, memory))\\n"\n'
+           '            "resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))\\n"')
+MISTAKES += [
+    Mistake(8, "launcher_command", "limits-after-exec", _LAUNCHER.format(
+        body='"os.execvp(sys.argv[3], sys.argv[3:])\\n"\n            ' + _LIMITS), "expected"),
+    Mistake(8, "launcher_command", "subprocess-instead-of-exec", _LAUNCHER.format(
+        body=_LIMITS + '\n            "sys.exit(subprocess.call(sys.argv[3:]))\\n"'), "exec it with os.execvp"),
+    Mistake(8, "launcher_command", "execv-with-a-bare-name", _LAUNCHER.format(
+        body=_LIMITS + '\n            "os.execv(sys.argv[3], sys.argv[3:])\\n"'), "os.execv needs a path"),
+    Mistake(8, "unsafe_with_threads", "preexec-setsid-is-safe", """
+        WAYS = dict.fromkeys("abcdef", "")
+        def unsafe_with_threads():
+            return {"a"}
+        """, "use start_new_session=True"),
+]
+
+MISTAKES += [
+    Mistake(9, "courteous", "nice-without-n", """
+        def courteous(argv):
+            return ["nice", "19", *argv]
+        """, "without -n"),
+    Mistake(9, "courteous", "no-nice-at-all", """
+        import shutil
+        def courteous(argv):
+            return (["ionice", "-c", "3"] if shutil.which("ionice") else []) + list(argv)
+        """, "expected 19"),
+    Mistake(9, "predict_niceness", "no-cap-at-19", """
+        CASES = dict.fromkeys("abcd")
+        def predict_niceness():
+            return {"a": 10, "b": 24, "c": 13, "d": 10}
+        """, "stops at 19"),
+]
+
+MISTAKES += [
+    Mistake(10, "fresh_venv", "system-site-packages", """
+        import os, venv
+        def fresh_venv(path):
+            venv.create(path, with_pip=False, symlinks=True, system_site_packages=True)
+            return os.path.join(str(path), "bin", "python")
+        """, "system_site_packages"),
+    Mistake(10, "fresh_venv", "the-notebooks-own-python", """
+        import sys
+        def fresh_venv(path):
+            return sys.executable
+        """, "not the new venv"),
+    Mistake(10, "runs_project_code", "pip-is-trusted", """
+        STEPS = dict.fromkeys("abcdef", "")
+        def runs_project_code():
+            return {"e", "f"}
+        """, "it belongs in the sandbox"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mistake", MISTAKES, ids=str)
+def test_check_and_hidden_tests_both_reject_a_listed_mistake(mistake: Mistake, tmp_path: Path) -> None:
+    line = run_check(mistake.lesson, mistake.exercise, mistake.source, mistake.context)
+    assert line.startswith(f"{FAIL} {mistake.exercise}") and mistake.hint in line, line
+    outcomes = run_hidden_tests(mistake.lesson, tmp_path, mistake.exercise, mistake.source)
+    assert outcomes and "failed" in outcomes.values(), outcomes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("number", sorted(LESSON), ids=lambda n: f"lesson{n:02d}")
+def test_solutions_pass_their_checks_and_hidden_tests(number: int, tmp_path: Path) -> None:
+    for name in LESSON[number].exercises:
+        line = run_check(number, name)
+        assert line.startswith(f"{PASS} {name}"), line
+    outcomes = run_hidden_tests(number, tmp_path)
+    assert outcomes and set(outcomes.values()) == {"passed"}, outcomes

@@ -1,6 +1,7 @@
-"""Hidden tests for lesson 1 (run_isolated), run by ``cellbox grade`` against 01-separate-process.ipynb."""
+"""Hidden tests for lesson 1 (run_isolated, predict), run by ``cellbox grade`` against 01-separate-process.ipynb."""
 
 import importlib
+import os
 
 import pytest
 
@@ -30,6 +31,36 @@ def test_run_isolated_reports_failure_and_stderr(nb):
 
 
 def test_run_isolated_keeps_changes_in_the_child(nb):
-    ok, _, _ = nb.run_isolated("import builtins; builtins.len = None")
-    assert ok is True
-    assert len("abc") == 3
+    # A harmless change: code run in this process (exec) would show it here, without breaking pytest.
+    import builtins
+
+    ok, _, _ = nb.run_isolated("import builtins; builtins.lesson01_was_here = True")
+    try:
+        assert ok is True
+        assert not hasattr(builtins, "lesson01_was_here")
+    finally:
+        vars(builtins).pop("lesson01_was_here", None)
+
+
+def test_run_isolated_passes_quotes_and_dollars_untouched(nb):
+    # A shell command string (shell=True, -c '...') mangles both.
+    assert nb.run_isolated("print('it' + \"'s\", \"$HOME\")") == (True, "it's $HOME\n", "")
+
+
+def test_run_isolated_runs_in_another_process(nb):
+    ok, out, _ = nb.run_isolated("import os; print(os.getpid())")
+    assert ok is True and out.strip().isdigit() and int(out) != os.getpid()
+
+
+SNIPPETS = {
+    "a": (True, "one\ntwo\n"),
+    "b": (False, "start\n"),
+    "c": (True, ""),
+    "d": (True, "bye\n"),
+    "e": (False, ""),
+}
+
+
+def test_predict_matches_what_the_children_do(nb):
+    assert set(nb.SNIPPETS) == set(SNIPPETS)
+    assert nb.predict() == SNIPPETS

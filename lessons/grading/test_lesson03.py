@@ -1,6 +1,9 @@
-"""Hidden tests for lesson 3 (run_with_timeout), run by ``cellbox grade`` against 03-timeouts.ipynb."""
+"""Hidden tests for lesson 3 (run_with_timeout, wait_or_kill), run by ``cellbox grade`` against 03-timeouts.ipynb."""
 
 import importlib
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -31,3 +34,58 @@ def test_run_with_timeout_times_out_without_raising(nb):
     started = time.monotonic()
     assert nb.run_with_timeout("while True: pass", 0.5) == "timed_out"
     assert time.monotonic() - started < 10
+
+
+def _gone(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def _wait_for(path):
+    for _ in range(200):
+        if path.exists() and path.read_text():
+            return int(path.read_text())
+        time.sleep(0.05)
+    raise AssertionError("the child never wrote its pid")
+
+
+def test_run_with_timeout_leaves_no_child_running(nb, tmp_path):
+    pid_file = tmp_path / "pid"
+    code = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    assert nb.run_with_timeout(code, 2) == "timed_out"
+    pid = _wait_for(pid_file)
+    try:
+        assert _gone(pid), "the child was still running: Popen.wait(timeout) does not kill"
+    finally:
+        if not _gone(pid):
+            os.kill(pid, 9)
+
+
+def test_run_with_timeout_missing_interpreter_is_not_a_timeout(nb, monkeypatch):
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python3")
+    try:
+        got = nb.run_with_timeout("pass", 5)
+    except OSError:
+        got = "raised"
+    assert got != "timed_out"
+
+
+def test_wait_or_kill_returns_the_return_code(nb):
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(7)"])
+    assert nb.wait_or_kill(proc, 20) == 7
+
+
+def test_wait_or_kill_kills_and_collects_at_the_deadline(nb):
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    started = time.monotonic()
+    try:
+        assert nb.wait_or_kill(proc, 0.5) is None
+        assert time.monotonic() - started < 10
+        assert proc.returncode is not None, "the child was not killed and collected"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

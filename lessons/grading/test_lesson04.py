@@ -1,4 +1,4 @@
-"""Hidden tests for lesson 4 (allowlist_env), run by ``cellbox grade`` against 04-scrub-the-environment.ipynb."""
+"""Hidden tests for lesson 4 (allowlist_env, denylist_passes), run by ``cellbox grade`` against 04-scrub-the-environment.ipynb."""
 
 import importlib
 import os
@@ -45,3 +45,13 @@ def test_allowlist_env_child_sees_no_secret(nb, monkeypatch, tmp_path):
     env = nb.allowlist_env(str(tmp_path))
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert child.stdout.split() == ["None", str(tmp_path)]
+
+
+def test_allowlist_env_values_are_strings_for_a_path_home(nb, tmp_path):
+    env = nb.allowlist_env(tmp_path, {"COURSE": "py101"})
+    assert all(isinstance(value, str) for value in env.values())
+    assert env["HOME"] == str(tmp_path)
+
+
+def test_denylist_passes_names_what_the_denylist_keeps(nb):
+    assert nb.denylist_passes() == {"PATH", "HOME", "DATABASE_URL", "NPM_AUTH"}

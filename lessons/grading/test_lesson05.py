@@ -1,11 +1,13 @@
-"""Hidden tests for lesson 5 (run_limited), run by ``cellbox grade`` against 05-resource-limits.ipynb."""
+"""Hidden tests for lesson 5 (run_limited, predict_limits), run by ``cellbox grade`` against 05-resource-limits.ipynb."""
 
 import importlib
+import resource
 
 import pytest
 
 NOTEBOOK, MODULE = "05-resource-limits.ipynb", "nb_05_resource_limits"
 MB = 1024 * 1024
+_CALLER = {}
 
 
 @pytest.fixture(scope="module")
@@ -19,17 +21,47 @@ def nb():
     pytest.fail(f"no notebook for this lesson: submit {NOTEBOOK}")
 
 
+def _limits():
+    return resource.getrlimit(resource.RLIMIT_AS), resource.getrlimit(resource.RLIMIT_CPU)
+
+
+def _run(nb, *args):
+    # A run_limited that limited its caller (setrlimit in the notebook) must fail here, not leave pytest itself
+    # under a 1 s CPU limit for the tests below (that would end the run, an unverified verdict, not failed).
+    if _CALLER.get("limited"):
+        pytest.fail("run_limited set the limits on its caller: setrlimit belongs in the child")
+    return nb.run_limited(*args)
+
+
+def test_run_limited_leaves_the_caller_alone(nb):
+    before = _limits()
+    nb.run_limited("pass", 300 * MB, 30)
+    _CALLER["limited"] = _limits() != before
+    assert not _CALLER["limited"], "run_limited set the limits on its caller: setrlimit belongs in the child"
+
+
 def test_run_limited_ok(nb):
-    assert nb.run_limited("print(sum(range(10)))", 256 * MB, 5) == "ok"
+    assert _run(nb, "print(sum(range(10)))", 256 * MB, 5) == "ok"
 
 
 def test_run_limited_error(nb):
-    assert nb.run_limited("import sys; sys.exit(2)", 256 * MB, 5) == "error"
+    assert _run(nb, "import sys; sys.exit(2)", 256 * MB, 5) == "error"
+
+
+def test_run_limited_hard_cpu_limit_one_above(nb):
+    code = "import resource, sys; s, h = resource.getrlimit(resource.RLIMIT_CPU); sys.exit(0 if (s, h) == (4, 5) else 3)"
+    assert _run(nb, code, 256 * MB, 4) == "ok"
 
 
 def test_run_limited_memory(nb):
-    assert nb.run_limited("x = [bytearray(64 * 1024 * 1024) for _ in range(8)]", 200 * MB, 5) == "memory_limit"
+    assert _run(nb, "x = [bytearray(64 * 1024 * 1024) for _ in range(8)]", 200 * MB, 5) == "memory_limit"
 
 
 def test_run_limited_cpu(nb):
-    assert nb.run_limited("while True: pass", 256 * MB, 1) == "cpu_limit"
+    assert _run(nb, "while True: pass", 256 * MB, 1) == "cpu_limit"
+
+
+def test_predict_limits(nb):
+    assert nb.predict_limits() == {
+        "a": "ok", "b": "memory_limit", "c": "ok", "d": "cpu_limit", "e": "memory_limit", "f": "ok",
+    }

@@ -1,4 +1,4 @@
-"""Hidden tests for lesson 6 (run_both_clocks), run by ``cellbox grade`` against 06-both-clocks.ipynb."""
+"""Hidden tests for lesson 6 (run_both_clocks, which_clock), run by ``cellbox grade`` against 06-both-clocks.ipynb."""
 
 import importlib
 import time
@@ -34,3 +34,7 @@ def test_run_both_clocks_blocked_socket_is_timed_out(nb):
     started = time.monotonic()
     assert nb.run_both_clocks(code, 1, 1) == "timed_out"
     assert time.monotonic() - started < 10
+
+
+def test_which_clock(nb):
+    assert nb.which_clock() == {"a": "cpu_limit", "b": "timed_out", "c": "timed_out", "d": "ok"}

@@ -1,4 +1,4 @@
-"""Hidden tests for lesson 7 (run_tree), run by ``cellbox grade`` against 07-kill-the-whole-group.ipynb."""
+"""Hidden tests for lesson 7 (run_tree, survivors), run by ``cellbox grade`` against 07-kill-the-whole-group.ipynb."""
 
 import importlib
 import os
@@ -77,3 +77,9 @@ def test_run_tree_times_out_and_kills_the_group(nb, tmp_path):
     finally:
         if _alive(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_survivors(nb):
+    assert nb.survivors() == {
+        "kill": True, "killpg": False, "killpg_after_setsid": True, "subreaper_sweep": False, "timeout_run": True,
+    }

@@ -1,4 +1,4 @@
-"""Hidden tests for lesson 8 (launcher_command), run by ``cellbox grade`` against 08-threads-and-preexec-fn.ipynb."""
+"""Hidden tests for lesson 8 (launcher_command, unsafe_with_threads), run by ``cellbox grade`` against 08-threads-and-preexec-fn.ipynb."""
 
 import importlib
 import subprocess
@@ -45,3 +45,7 @@ def test_launcher_command_memory_limit_holds(nb):
     command = nb.launcher_command([sys.executable, "-c", "x = bytearray(500 * 1024 * 1024)"], 200 * MB, 5)
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.stderr.strip().splitlines()[-1].startswith("MemoryError")
+
+
+def test_unsafe_with_threads(nb):
+    assert nb.unsafe_with_threads() == {"a", "f"}

@@ -1,4 +1,4 @@
-"""Hidden tests for lesson 9 (courteous), run by ``cellbox grade`` against 09-keep-the-machine-responsive.ipynb."""
+"""Hidden tests for lesson 9 (courteous, predict_niceness), run by ``cellbox grade`` against 09-keep-the-machine-responsive.ipynb."""
 
 import importlib
 import shutil
@@ -38,3 +38,7 @@ def test_courteous_child_is_in_the_idle_io_class(nb):
     if not shutil.which("ionice"):
         pytest.skip("ionice is not installed")
     assert subprocess.run(nb.courteous(["ionice"]), capture_output=True, text=True).stdout.strip() == "idle"
+
+
+def test_predict_niceness(nb):
+    assert nb.predict_niceness() == {"a": 10, "b": 19, "c": 13, "d": 10}

@@ -1,4 +1,4 @@
-"""Hidden tests for lesson 10 (fresh_venv), run by ``cellbox grade`` against 10-a-fresh-virtualenv-per-task.ipynb."""
+"""Hidden tests for lesson 10 (fresh_venv, runs_project_code), run by ``cellbox grade`` against 10-a-fresh-virtualenv-per-task.ipynb."""
 
 import importlib
 import os
@@ -44,3 +44,13 @@ def test_fresh_venv_two_tasks_are_separate(nb, tmp_path):
         f.write("X = 1\n")
     code = "import importlib.util; print(importlib.util.find_spec('leftover') is None)"
     assert subprocess.run([second, "-c", code], capture_output=True, text=True, timeout=60).stdout.strip() == "True"
+
+
+def test_runs_project_code(nb):
+    assert nb.runs_project_code() == {"d", "e", "f"}
+
+
+def test_fresh_venv_does_not_include_system_site_packages(nb, tmp_path):
+    nb.fresh_venv(str(tmp_path / "env"))
+    config = (tmp_path / "env" / "pyvenv.cfg").read_text().replace(" ", "").lower()
+    assert "include-system-site-packages=true" not in config

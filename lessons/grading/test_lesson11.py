@@ -39,6 +39,16 @@ def test_verdict_unverified_when_tests_never_ran(nb):
     assert nb.verdict(1, TESTS, None) == "unverified"
 
 
+def test_verdict_errors_and_skips_are_failed(nb):
+    assert nb.verdict(1, TESTS, {"test_a": "passed", "test_b": "error", "test_c": "passed"}) == "failed"
+    assert nb.verdict(0, TESTS, {"test_a": "passed", "test_b": "skipped", "test_c": "passed"}) == "failed"
+
+
+def test_verdict_unverified_when_exit_and_evidence_disagree(nb):
+    assert nb.verdict(1, TESTS, ALL_PASSED) == "unverified"
+    assert nb.verdict(0, TESTS, {"test_a": "passed", "test_b": "failed", "test_c": "passed"}) == "unverified"
+
+
 def test_verdict_timed_out_comes_first(nb):
     assert nb.verdict(0, TESTS, ALL_PASSED, timed_out=True) == "timed_out"
 

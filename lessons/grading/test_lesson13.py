@@ -40,6 +40,7 @@ def test_limit_hit_none_without_a_limit(nb):
 def test_limits_line_doubles_the_limit(nb):
     assert nb.limits_line(_outcome("timed_out", wall_time=5.0)) == "%%limits wall=10"
     assert nb.limits_line(_outcome("timed_out", wall_time=2.5)) == "%%limits wall=5"
+    assert nb.limits_line(_outcome("timed_out", wall_time=0.75)) == "%%limits wall=1.5"
     assert nb.limits_line(_outcome("cpu_limit", cpu_time=3.0)) == "%%limits cpu=6"
     assert nb.limits_line(_outcome("memory_limit", memory=128 * 1024**2)) == "%%limits memory=256M"
     assert nb.limits_line(_outcome("output_limit", output=100 * 1024)) == "%%limits output=200K"

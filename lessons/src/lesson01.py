@@ -101,9 +101,28 @@ running *this* notebook, so the child sees the same Python and the same installe
 """)
 
 code("""
-import shutil
-print("this interpreter:      ", sys.executable)
-print("'python3' on PATH is:  ", shutil.which("python3"))
+import os, shutil
+
+print("this interpreter (sys.executable): ", sys.executable)
+print("first directory on this PATH:      ", os.environ.get("PATH", "").split(os.pathsep)[0])
+print("'python3' on this PATH:            ", shutil.which("python3"))
+system_python = shutil.which("python3", path="/usr/bin:/bin")
+print("'python3' on a PATH of /usr/bin:/bin:", system_python)
+
+ask = "import sys, importlib.util; print(sys.prefix, importlib.util.find_spec('IPython') is not None)"
+for label, python in (("sys.executable", sys.executable), ("/usr/bin python3", system_python)):
+    if python:
+        prefix, has_ipython = subprocess.run([python, "-c", ask], capture_output=True, text=True).stdout.split()
+        print(f"{label:>16}: sys.prefix {prefix}, can import IPython: {has_ipython}")
+""")
+
+md("""
+What you see depends on how this notebook was started, so the cell prints its context. Under the cellbox kernel
+the cell's `PATH` starts with the directory of this very interpreter (the kernel builds the child's environment
+that way, lesson 4), so the first lines may well name the same program twice. Start Python from a shell whose
+`PATH` has another Python first, and `"python3"` is that other one. The last lines show such another interpreter:
+the system's Python, which (when this notebook runs in a virtual environment) has another `sys.prefix` and none
+of the packages installed here. `sys.executable` never depends on `PATH`.
 """)
 
 md("""
@@ -125,17 +144,72 @@ def run_isolated(code):
 """)
 
 check("run_isolated", """
+import os
+
 def test():
     ok, out, err = run_isolated("print(6 * 7)")
     expect(ok is True, f"run_isolated returned {ok!r} for code that succeeds: did you compare returncode with 0?")
-    expect(out == "42\\n", f"stdout should be '42\\\\n' but was {out!r}: did you pass capture_output=True and text=True?")
+    expect(out is not None, "stdout came back as None: pass capture_output=True to subprocess.run")
+    expect(not isinstance(out, bytes), f"stdout came back as bytes ({out!r}): pass text=True to get str")
+    expect(out == "42\\n", f"stdout should be '42\\\\n' but was {out!r}: return the child's stdout second")
     ok, out, err = run_isolated("raise SystemExit('bye')")
     expect(ok is False, "run_isolated said a child that exits with status 1 succeeded: only returncode 0 is success")
     expect("bye" in err, "the child's error message should be in stderr: capture it and return it third")
+    ok, out, err = run_isolated("print('it' + \\"'s\\", \\"$HOME\\")")
+    expect(ok is True and out == "it's $HOME\\n", f"code with quotes and a $ in it gave {(ok, out, err)!r}: "
+           "a shell command string (shell=True) mangles them; pass the list [sys.executable, '-c', code]")
+    ok, out, _ = run_isolated("import os; print(os.getpid())")
+    expect(out.strip() != str(os.getpid()), "the code ran in this very process: start a new one with subprocess.run, not exec")
     ok, _, _ = run_isolated("import builtins; builtins.print = None")
     expect(print is not None and ok, "the child's changes should stay in the child: use a new process, not exec")
     return "runs code in a new process and reports success from the return code"
 check("run_isolated", test)
+""")
+
+md("""
+## 4. Exercise: predict, then check
+
+Read each snippet below and predict, **without running it**, what your `run_isolated` returns for it: whether it
+succeeded, and exactly what it printed on stdout. Fill in `predict()`; the check runs the snippets and tells you
+which predictions were wrong.
+""")
+
+exercise("predict", """
+SNIPPETS = {
+    "a": "print('one'); print('two')",
+    "b": "print('start'); 1 / 0",
+    "c": "import sys; sys.stderr.write('careful\\\\n')",
+    "d": "import sys; print('bye'); sys.exit(0)",
+    "e": "import sys; sys.exit('stopped')",
+}
+
+def predict():
+    \"\"\"For each snippet: (succeeded, stdout) as run_isolated would return them.\"\"\"
+    ### BEGIN SOLUTION
+    return {
+        "a": (True, "one\\ntwo\\n"),
+        "b": (False, "start\\n"),  # what was printed before the error is still there
+        "c": (True, ""),  # stderr is not stdout, and writing to it is no failure
+        "d": (True, "bye\\n"),  # sys.exit(0) is a clean exit
+        "e": (False, ""),  # a message given to sys.exit goes to stderr, with status 1
+    }
+    ### END SOLUTION
+""")
+
+check("predict", """
+import subprocess, sys
+
+def test():
+    guesses = predict()
+    expect(isinstance(guesses, dict) and set(guesses) == set(SNIPPETS), "predict() should return a dict with one entry per snippet: a to e")
+    for key, code in SNIPPETS.items():
+        child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        truth = (child.returncode == 0, child.stdout)
+        guess = guesses[key]
+        expect(guess == truth, f"snippet {key} ({code}) really gives {truth!r}, you predicted {guess!r}: "
+               "output printed before a failure stays in stdout, stderr is separate, and only exit status 0 is success")
+    return "you can read a child's result before running it"
+check("predict", test)
 """)
 
 md("""
@@ -152,8 +226,24 @@ md("""
 * Pass `input="..."` to `subprocess.run` and read it in the child with `input()`.
 * Run `import os; print(os.getpid(), os.getppid())` in a child and compare with `os.getpid()` here.
 
+## Key points
+
+* `exec` and `eval` run code inside your own process: it can change anything there, even `print`.
+* `subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)` runs it in a new process.
+* `returncode == 0` is success; anything else is a failure; `stdout` and `stderr` hold what the child printed.
+* Pass a list of arguments, never a shell string; use `sys.executable`, never whatever `"python3"` finds.
+
 ## The real thing
 
 `cellbox.sandbox.run(argv, ...)` does this job for cellbox: it starts the child, streams and caps its output,
 and returns an `Outcome` whose `status` is `ok` only for a clean exit. The next lessons add what it adds on top.
+""")
+
+answers("""
+## Answers to "Try this next"
+
+* `subprocess.run([sys.executable, "-c", "print(input().upper())"], input="hello\\n", capture_output=True,
+  text=True).stdout` is `'HELLO\\n'`: `input=` is written to the child's stdin, then stdin is closed.
+* The child's pid differs from `os.getpid()` here, and its parent pid (`os.getppid()` in the child) **is**
+  `os.getpid()` here: the notebook's cell process started it.
 """)

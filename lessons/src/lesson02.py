@@ -46,7 +46,7 @@ print([c.__name__ for c in classes][:12])
 
 wrap_close = [c for c in classes if c.__name__ == "_wrap_close"][0]   # a small class defined in the os module
 print(wrap_close, "->", wrap_close.__init__.__globals__["__name__"], "module globals")
-del classes   # some classes cannot be saved for the next cell under the cellbox kernel; we do not need the list
+del classes   # we do not need the list any more
 """)
 
 md("""
@@ -144,6 +144,57 @@ check("reach_os", test)
 """)
 
 md("""
+## 5. Exercise: fix a broken loader
+
+A grading script reads each student's scores from a text file holding a Python dict literal, such as
+`{"ada": 9, "bob": 7}`, with `load_scores` below. It "locks" `eval` the way section 1 did. Fix it: return the dict
+for data, and raise `ValueError` for anything that is not a plain literal, **without running it**. The standard
+library has the tool: `ast.literal_eval` accepts only literals (strings, numbers, tuples, lists, dicts, sets,
+booleans, `None`) and never calls anything.
+""")
+
+exercise("load_scores", """
+import ast
+
+def load_scores(text):
+    \"\"\"The dict written in `text`; ValueError for anything that is not a plain dict literal.\"\"\"
+    # The broken version: return eval(text, {"__builtins__": {}})
+    ### BEGIN SOLUTION
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as error:
+        raise ValueError(f"not a plain literal: {error}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a dict, got {type(value).__name__}")
+    return value
+    ### END SOLUTION
+""")
+
+check("load_scores", """
+import os
+
+def test():
+    got = load_scores('{"ada": 9, "bob": 7}')
+    expect(got == {"ada": 9, "bob": 7}, f"a plain dict literal gave {got!r}")
+    for attack in (escape, "{'pid': " + escape + "}", "__import__('os').getpid()", "{'a': (lambda: 1)()}"):
+        try:
+            value = load_scores(attack)
+        except ValueError:
+            continue
+        except (SyntaxError, NameError, TypeError) as error:
+            raise Feedback(f"load_scores raised {type(error).__name__} for code: catch it and raise ValueError") from None
+        raise Feedback(f"load_scores ran code and returned {value!r}: eval with no builtins is still eval, use ast.literal_eval")
+    try:
+        load_scores("[1, 2, 3]")
+    except ValueError:
+        pass
+    else:
+        raise Feedback("a list is not a dict of scores: raise ValueError for it")
+    return "data is parsed, never run"
+check("load_scores", test)
+""")
+
+md("""
 ## Common mistakes
 
 * **Believing a denylist is finished.** Every filter above missed something; an attacker only needs one gap.
@@ -158,8 +209,27 @@ md("""
   methods have a `__globals__` that leads to `sys` or `os`.
 * Try `locked_eval("(lambda: 0).__globals__")`: what do you get, and why?
 
+## Key points
+
+* Taking builtins away from `eval`, or filtering the source text, is not a sandbox: introspection starting from
+  `()` reaches every class, and from there the `os` module.
+* The authors of pysandbox and RestrictedPython say so themselves.
+* The boundary belongs below the interpreter: a separate process with limits, then namespaces, containers, VMs.
+* For data, use `ast.literal_eval` or `json.loads`, which never run code.
+
 ## The real thing
 
 cellbox never runs student code in its own interpreter: `cellbox.sandbox` starts a separate, limited process
 for every cell and every graded submission, and the parent only ever reads JSON and text back (design rule 6).
+""")
+
+answers("""
+## Answers to "Try this next"
+
+* Many do: any class defined in Python (not C) has methods whose `__globals__` is its module's namespace, for
+  example `catch_warnings` (module `warnings`, which imports `sys`), `_wrap_close` (module `os`) or classes of
+  `subprocess` and `codecs` when they are loaded. Which classes are there depends on what the interpreter has
+  imported so far.
+* You get a dict: the globals that `locked_eval` passed in, `{'__builtins__': {}}`. A lambda defined in the
+  expression gets the evaluation's globals; emptying them removed the names, not the way out through `()`.
 """)

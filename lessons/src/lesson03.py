@@ -77,22 +77,91 @@ def run_with_timeout(code, seconds):
 """)
 
 check("run_with_timeout", """
-import time
+import os, tempfile, time
+
+def gone(pid):
+    \"\"\"True when process `pid` has ended (a zombie waiting to be collected counts as ended).\"\"\"
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 def test():
     expect(run_with_timeout("print('hi')", 5) == "ok", "a child that exits with 0 should give 'ok'")
     got = run_with_timeout("import sys; sys.exit(3)", 5)
     expect(got == "error", f"a child that exits with 3 gave {got!r}: any non-zero return code is 'error'")
+    pid_file = os.path.join(tempfile.mkdtemp(prefix="lesson03-"), "pid")
+    sleeper = f"import os, time; open({pid_file!r}, 'w').write(str(os.getpid())); time.sleep(30)"
     started = time.monotonic()
-    try:
-        got = run_with_timeout("import time; time.sleep(30)", 0.5)
-    except subprocess.TimeoutExpired:
-        raise Feedback("TimeoutExpired escaped from run_with_timeout: catch it and return 'timed_out'") from None
+    got = run_with_timeout(sleeper, 1)
     took = time.monotonic() - started
     expect(got == "timed_out", f"a child that sleeps past the deadline gave {got!r}, not 'timed_out'")
-    expect(took < 5, f"run_with_timeout took {took:.1f} s for a 0.5 s deadline: pass timeout=seconds to subprocess.run")
-    return "three outcomes, and a slow child never crashes the caller"
+    expect(took < 6, f"run_with_timeout took {took:.1f} s for a 1 s deadline: pass timeout=seconds to subprocess.run")
+    if os.path.exists(pid_file) and open(pid_file).read():
+        pid = int(open(pid_file).read())
+        if not gone(pid):
+            os.kill(pid, 9)
+            raise Feedback("the child was still running after run_with_timeout returned: Popen.wait(timeout=...) "
+                           "raises without killing it; kill it, or let subprocess.run(timeout=...) do that")
+    real = sys.executable
+    sys.executable = "/nonexistent/python3"
+    try:
+        got = run_with_timeout("pass", 5)
+    except OSError:
+        got = "raised"
+    finally:
+        sys.executable = real
+    expect(got != "timed_out", "a missing interpreter came back as 'timed_out': catch subprocess.TimeoutExpired by name, not Exception")
+    return "three outcomes, and a slow child never crashes the caller or outlives the call"
 check("run_with_timeout", test)
+""")
+
+md("""
+## 4. Exercise: fix a broken wait
+
+Sometimes you start a child with `Popen` (to read its output as it comes, say) and wait for it later. The function
+below is the third common mistake in code: `proc.wait(timeout=...)` raises `TimeoutExpired` and leaves the child
+running. Fix `wait_or_kill(proc, seconds)`: wait at most `seconds`; on time-out, **kill** the child, **collect** it
+(`proc.wait()` again, so that it does not stay behind as a zombie) and return `None`; otherwise return its return
+code.
+""")
+
+exercise("wait_or_kill", """
+import subprocess
+
+def wait_or_kill(proc, seconds):
+    \"\"\"The return code of Popen `proc` if it ends within `seconds`; else kill it, collect it, give back None.\"\"\"
+    # The broken version waits with proc.wait(seconds) and, on TimeoutExpired, gives up and leaves: the child runs on.
+    ### BEGIN SOLUTION
+    try:
+        return proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return None
+    ### END SOLUTION
+""")
+
+check("wait_or_kill", """
+import subprocess, sys, time
+
+def test():
+    quick = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(5)"])
+    got = wait_or_kill(quick, 10)
+    expect(got == 5, f"a child that exits with 5 gave {got!r}: return proc.wait()'s value")
+    slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    started = time.monotonic()
+    got = wait_or_kill(slow, 0.5)
+    expect(time.monotonic() - started < 6, "wait_or_kill waited much longer than 0.5 s: pass timeout=seconds to wait")
+    expect(got is None, f"a child past its deadline gave {got!r}, expected None")
+    if slow.poll() is None:
+        slow.kill()
+        slow.wait()
+        raise Feedback("the child was still running after wait_or_kill returned: kill it when wait times out")
+    expect(slow.returncode == -9, f"the child ended with {slow.returncode}, expected -9 (SIGKILL): use proc.kill()")
+    return "a deadline that really ends the child"
+check("wait_or_kill", test)
 """)
 
 md("""
@@ -109,8 +178,24 @@ md("""
 * Time how long `run_with_timeout("import time; time.sleep(30)", 0.5)` really takes with `time.monotonic()`.
 * What happens with `timeout=0`?
 
+## Key points
+
+* `subprocess.run(..., timeout=seconds)` kills the child at the deadline and raises `TimeoutExpired` in *your*
+  program; catch it by name and report `timed_out`, a result of its own.
+* `Popen.wait(timeout=...)` only raises: killing and collecting the child is then your job.
+* A timeout limits how long, not what: it is one wall of the box, not a sandbox.
+
 ## The real thing
 
 `cellbox.sandbox` keeps a wall-clock deadline in the parent (the `wall_time` limit) and reports
 `status == "timed_out"` in the `Outcome`, never an exception. Lesson 6 adds the second clock.
+""")
+
+answers("""
+## Answers to "Try this next"
+
+* A little more than 0.5 s: the deadline, plus the time to kill and collect the child (a few milliseconds), plus
+  the start of the interpreter that counts against the deadline too. It never waits the 30 s.
+* `timeout=0` gives the child no time at all: `run` starts it, finds it still running, kills it and raises
+  `TimeoutExpired` at once, so `run_with_timeout(..., 0)` says `"timed_out"` even for `"pass"`.
 """)

@@ -134,18 +134,69 @@ def test():
     expect(isinstance(env, dict), f"allowlist_env should return a dict, not {type(env).__name__}")
     expect(env is not os.environ, "return a new dict, not os.environ itself")
     expect("SERVICE_CREDENTIALS" not in env, "SERVICE_CREDENTIALS leaked: start from an empty dict, not a copy of os.environ")
+    expect("PATH" in env, "there is no PATH: without it the child cannot find programs such as git or python3")
     unexpected = sorted(set(env) - {"PATH", "HOME", "TMPDIR", "LANG"})
     expect(not unexpected, f"these names are not on the allowlist: {unexpected}")
+    expect(env.get("HOME") != os.path.expanduser("~") or home == os.path.expanduser("~"),
+           "HOME is still your real home: point it at the throwaway directory you were given")
     expect(env.get("HOME") == home and env.get("TMPDIR") == home, "HOME and TMPDIR should both be the home you were given")
     expect(env.get("PATH", "").split(os.pathsep)[0] == os.path.dirname(sys.executable),
            "PATH should start with the directory of sys.executable, so the child finds our Python first")
     expect(allowlist_env(home, {"COURSE": "py101"}).get("COURSE") == "py101", "names given in extra should be added")
+    from pathlib import Path
+    typed = allowlist_env(Path(home), {"COURSE": "py101"})
+    odd = sorted(name for name, value in typed.items() if not isinstance(value, str))
+    expect(not odd, f"{odd} are not strings when home is a pathlib.Path: environment values must be str, use str(home)")
+    expect(typed.get("HOME") == home, "HOME should be str(home) when home is a pathlib.Path")
     child = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('SERVICE_CREDENTIALS'))"],
                            capture_output=True, text=True, env=env)
     expect(child.stdout.strip() == "None", "a child started with this environment still saw the secret")
     os.rmdir(home)
     return "the child gets only what you chose, and a throwaway home"
 check("allowlist_env", test)
+""")
+
+md("""
+## 5. Exercise: read the denylist
+
+Read `denylist_env` from section 2 again, then predict, **without running it**, which names of the environment
+below it lets through to the child. Return them as a set from `denylist_passes()`. Then look at your answer: which
+of the names that pass hold a secret, and which harmless names did the denylist drop?
+""")
+
+exercise("denylist_passes", """
+SAMPLE = {
+    "PATH": "/usr/bin:/bin",
+    "HOME": "/home/ada",
+    "GITHUB_TOKEN": "ghp_pretend",
+    "DB_PASSWORD": "hunter2",
+    "AWS_SECRET_ACCESS_KEY": "pretend",
+    "DATABASE_URL": "postgres://admin:hunter2@db.example/prod",
+    "NPM_AUTH": "npm_pretend",
+    "KEYBOARD_LAYOUT": "us",
+}
+
+def denylist_passes():
+    \"\"\"The names of SAMPLE that denylist_env (section 2) would keep, as a set.\"\"\"
+    ### BEGIN SOLUTION
+    # Kept unless the name contains TOKEN, SECRET, PASSWORD or KEY. DATABASE_URL and NPM_AUTH carry
+    # secrets and pass; KEYBOARD_LAYOUT is harmless and is dropped, because it contains KEY.
+    return {"PATH", "HOME", "DATABASE_URL", "NPM_AUTH"}
+    ### END SOLUTION
+""")
+
+check("denylist_passes", """
+def test():
+    guess = denylist_passes()
+    expect(isinstance(guess, set), f"denylist_passes() should return a set of names, not {type(guess).__name__}")
+    truth = {k for k in SAMPLE if not any(w in k for w in ("TOKEN", "SECRET", "PASSWORD", "KEY"))}
+    missed = sorted(truth - guess)
+    expect(not missed, f"the denylist also keeps {missed}: it only drops names that contain TOKEN, SECRET, PASSWORD "
+           "or KEY, and a secret can hide under any other name")
+    extra = sorted(guess - truth)
+    expect(not extra, f"the denylist drops {extra}: `w in k` matches anywhere in the name, harmless names included")
+    return "two secrets pass the denylist, one harmless name does not: that is why we allowlist"
+check("denylist_passes", test)
 """)
 
 code("""
@@ -168,9 +219,25 @@ md("""
 * Run `env -i /usr/bin/env` in a child: what does a truly empty environment look like?
 * Start a child with `env={}` and `[sys.executable, "-c", "print(1)"]`: does Python still start? Why?
 
+## Key points
+
+* A child gets a copy of its parent's whole environment unless you pass `env=`, secrets included.
+* A denylist of secret-looking names always misses one; build the environment from an allowlist, starting empty.
+* Give the child `PATH` (our interpreter's directory first), and `HOME`/`TMPDIR` in a throwaway directory.
+* Environment values are strings.
+
 ## The real thing
 
 `cellbox.environment.build_environment` builds every child's environment from an allowlist, with `HOME` and
 `TMPDIR` inside a `TaskDirectory` that is removed after the run; under the cellbox kernel, nothing of the kernel
 (its connection file, its key, `JPY_*` variables) reaches a cell.
+""")
+
+answers("""
+## Answers to "Try this next"
+
+* Nothing at all: `env -i` starts the command with an empty environment, and `env` prints one line per name.
+* Yes, it prints `1`: `sys.executable` is an absolute path, so no `PATH` is needed to find it, and Python needs
+  no environment variable to start (without `LANG` it uses the C locale, with UTF-8 since Python 3.7). Only a
+  command given by bare name (`"python3"`, `"git"`) needs `PATH`.
 """)

@@ -107,8 +107,10 @@ limits when it is created (`fork`) and keeps them when it starts another program
 child also holds for everything the child starts: the shell below is a grandchild, and `ulimit -v` (in KiB) shows it
 inherited our 200 MB.
 
-Lowering a limit needs no privilege: any process may tighten its own box. Raising a hard limit needs privilege
-(`CAP_SYS_RESOURCE`, which root has: a reason never to run students' code as root).
+Lowering a limit needs no privilege: any process may tighten its own box. Raising a **hard** limit needs the
+capability `CAP_SYS_RESOURCE`. Root usually has it (a reason never to run students' code as root), but a
+container often drops it, and then even root is refused. The cell prints who it runs as and whether it holds the
+capability, so you can tell which case you are in.
 """)
 
 code("""
@@ -117,10 +119,13 @@ print("the grandchild's address-space limit:", result.stdout.strip(), "KiB =", i
 
 probe = '''
 import resource, os
+with open("/proc/self/status") as status:
+    capabilities = int(next(line for line in status if line.startswith("CapEff:")).split()[1], 16)
+print("running as uid", os.getuid(), "| CAP_SYS_RESOURCE:", bool(capabilities & (1 << 24)))
 resource.setrlimit(resource.RLIMIT_CPU, (5, 5))          # lowering: always allowed
 try:
     resource.setrlimit(resource.RLIMIT_CPU, (50, 50))    # raising the hard limit
-    print("raised it again: this process is privileged (uid", os.getuid(), ")")
+    print("raised it again: this process holds CAP_SYS_RESOURCE")
 except ValueError as error:
     print("raising the hard limit was refused:", error)
 '''
@@ -131,16 +136,19 @@ md("""
 ## 6. The trap: memory reserved up front
 
 `RLIMIT_AS` counts **address space**, not memory really used. Some libraries reserve big ranges at start-up:
-BLAS libraries map a buffer per thread, JIT compilers reserve code areas, the JVM reserves its heap. Under a tight
-`RLIMIT_AS` their *import* fails, though they would have used little. Here NumPy (with its OpenBLAS) under 80 MB:
+BLAS libraries allocate work buffers (one per thread), JIT compilers reserve code areas, the JVM reserves its heap.
+Under a tight `RLIMIT_AS` their *import* fails, though they would have used little. Here NumPy (with its
+OpenBLAS) under 80 MB and under 200 MB; the cell also prints `OPENBLAS_NUM_THREADS`, which sets how many threads,
+and so how many buffers, OpenBLAS starts with.
 """)
 
 code("""
-import importlib.util
+import importlib.util, os
 
 def cap_80():
     resource.setrlimit(resource.RLIMIT_AS, (80 * MB, 80 * MB))
 
+print("OPENBLAS_NUM_THREADS here:", os.environ.get("OPENBLAS_NUM_THREADS", "not set (one thread per CPU)"))
 if importlib.util.find_spec("numpy") is None:
     print("numpy is not installed here; skip this demonstration")
 else:
@@ -152,8 +160,12 @@ else:
 """)
 
 md("""
-Two ways out: set `OPENBLAS_NUM_THREADS=1` (one small buffer instead of one per core) and keep a generous limit,
-or limit **real** memory instead of address space with a **cgroup**, for example
+Under 80 MB the import fails, most likely with OpenBLAS saying that its memory allocation failed (or with a
+`MemoryError`, depending on the NumPy build); under 200 MB it works. Even with `OPENBLAS_NUM_THREADS=1` (the
+cellbox kernel sets it for every cell) one work buffer plus the interpreter does not fit in 80 MB: the number of
+threads decides how many buffers, not whether there is one. Two ways out: a limit generous enough for the libraries
+you allow (with `OPENBLAS_NUM_THREADS=1`, so that it does not grow with the number of CPUs), or a limit on **real**
+memory instead of address space, with a **cgroup**, for example
 `systemd-run --user --scope -p MemoryMax=256M python script.py`. A cgroup counts pages actually used and can limit
 a whole family of processes together, but it needs systemd or write access to `/sys/fs/cgroup`: more set-up.
 
@@ -188,11 +200,24 @@ def run_limited(code, memory, cpu):
 """)
 
 check("run_limited", """
+import resource
+
 MB = 1024 * 1024
 
+def limits_here():
+    return resource.getrlimit(resource.RLIMIT_AS), resource.getrlimit(resource.RLIMIT_CPU)
+
 def test():
+    before = limits_here()
     got = run_limited("print('fine')", 200 * MB, 2)
+    if limits_here() != before:
+        raise Feedback(f"run_limited changed this notebook's own limits (RLIMIT_AS, RLIMIT_CPU now {limits_here()}): "
+                       "call setrlimit in the child through preexec_fn, then restart the kernel")
     expect(got == "ok", f"a small, quick child gave {got!r}, expected 'ok'")
+    hard = "import resource, sys; soft, hard = resource.getrlimit(resource.RLIMIT_CPU); sys.exit(0 if hard == soft + 1 else 3)"
+    got = run_limited(hard, 200 * MB, 2)
+    expect(got == "ok", "the hard CPU limit should be one second above the soft one, (cpu, cpu + 1): "
+           "with soft and hard equal the child gets SIGKILL with no SIGXCPU warning")
     got = run_limited("x = bytearray(400 * 1024 * 1024)", 200 * MB, 2)
     expect(got == "memory_limit", f"allocating 400 MB under a 200 MB limit gave {got!r}: is RLIMIT_AS set in the child?")
     got = run_limited("while True: pass", 200 * MB, 1)
@@ -204,22 +229,93 @@ check("run_limited", test)
 """)
 
 md("""
+## 8. Exercise: predict the limit
+
+Each program below runs under `run_limited(code, 200 * MB, 1)`. Predict, **without running them**, what
+`run_limited` returns for each: `"ok"`, `"error"`, `"memory_limit"` or `"cpu_limit"`.
+""")
+
+exercise("predict_limits", """
+PROGRAMS = {
+    "a": "x = bytearray(100 * 1024 * 1024)",
+    "b": "x = bytearray(195 * 1024 * 1024)",
+    "c": "import time; time.sleep(3)",
+    "d": "x = 0\\nwhile True: x += 1",
+    "e": "x = [0] * 10**9",
+    "f": "import time\\nend = time.monotonic() + 0.3\\nwhile time.monotonic() < end: pass",
+}
+
+def predict_limits():
+    \"\"\"For each program: what run_limited(code, 200 * MB, 1) returns.\"\"\"
+    ### BEGIN SOLUTION
+    return {
+        "a": "ok",  # 100 MB plus the interpreter fits in 200 MB
+        "b": "memory_limit",  # the interpreter needs address space too: 195 MB more no longer fits
+        "c": "ok",  # sleeping uses no CPU time: RLIMIT_CPU never fires
+        "d": "cpu_limit",  # spins until SIGXCPU
+        "e": "memory_limit",  # a list of a billion references is 8 GB
+        "f": "ok",  # spins, but only for 0.3 s of CPU
+    }
+    ### END SOLUTION
+""")
+
+check("predict_limits", """
+ANSWERS = {"a": "ok", "b": "memory_limit", "c": "ok", "d": "cpu_limit", "e": "memory_limit", "f": "ok"}
+WHY = {"a": "100 MB plus the interpreter fits in 200 MB",
+       "b": "RLIMIT_AS counts the interpreter's own address space too, so 195 MB more does not fit in 200 MB",
+       "c": "sleeping uses no CPU, so RLIMIT_CPU never stops time.sleep (the wall clock does, lesson 6)",
+       "d": "a loop that never ends spins into the CPU limit",
+       "e": "a list of 10**9 references needs 8 GB",
+       "f": "0.3 s of CPU is under the 1 s limit"}
+
+def test():
+    guesses = predict_limits()
+    expect(isinstance(guesses, dict) and set(guesses) == set(PROGRAMS),
+           "predict_limits() should return a dict with one entry per program: a to f")
+    for key, wanted in ANSWERS.items():
+        expect(guesses[key] == wanted, f"program {key} gives {wanted!r}, you predicted {guesses[key]!r}: {WHY[key]}")
+    return "you know which limit a program meets before it runs"
+check("predict_limits", test)
+""")
+
+md("""
 ## Common mistakes
 
 * **Calling `setrlimit` in the notebook instead of the child.** Then the limit is on *you* (and on every later
-  child), and cannot be raised again without privilege.
+  child), and cannot be raised again without `CAP_SYS_RESOURCE`: the next call that asks for more fails with
+  `ValueError: not allowed to raise maximum limit`.
 * **Soft and hard CPU limits equal.** Then the child gets `SIGKILL` straight away, with no `SIGXCPU` warning it
   could use to save its work. One second apart gives a warning and still guarantees the kill.
-* **Expecting RLIMIT_AS to equal memory used.** It counts reserved address space; leave room for the interpreter.
-* **Expecting RLIMIT_CPU to stop `time.sleep`.** Sleeping uses no CPU: that is lesson 6.
+* **Expecting RLIMIT_AS to equal memory used.** It counts reserved address space, the interpreter's included;
+  leave room for it (the second exercise).
+* **Expecting RLIMIT_CPU to stop `time.sleep`.** Sleeping uses no CPU: that is lesson 6 (and the second exercise).
 
 ## Try this next
 
 * Find the smallest `RLIMIT_AS` at which `python -c "pass"` still starts.
 * Set `RLIMIT_NOFILE` to 10 and open files in a loop: which error do you get?
 
+## Key points
+
+* `resource.setrlimit` asks the kernel to cap one resource of one process; set it in the child, never in yourself.
+* `RLIMIT_AS` (address space) turns a memory bomb into a `MemoryError`; `RLIMIT_CPU` sends `SIGXCPU` at the soft
+  limit and `SIGKILL` at the hard one (so put the hard one a second higher); `RLIMIT_FSIZE` stops a file growing.
+* Limits are per process and inherited across `fork` and `exec`; lowering is free, raising a hard limit needs
+  `CAP_SYS_RESOURCE`.
+* `RLIMIT_AS` counts reserved address space: libraries that reserve up front need room, or a cgroup limit instead.
+
 ## The real thing
 
 `cellbox.limits.Limits` defines every limit once (`memory` is RLIMIT_AS, `cpu_time` is RLIMIT_CPU with the hard
 limit one second above, `file_size` is RLIMIT_FSIZE), and `cellbox._launch` applies them in the child.
+""")
+
+answers("""
+## Answers to "Try this next"
+
+* Search downwards, for example with `run_limited("pass", n * MB, 5)` for smaller and smaller `n`: a plain CPython
+  starts in somewhere around 10 to 20 MB of address space (it depends on the build and on the libraries it maps);
+  below that it fails before running anything, with a `MemoryError` or a `Fatal Python error` at start-up.
+* `OSError: [Errno 24] Too many open files` once the process holds 10 descriptors: stdin, stdout and stderr count
+  too, so only 7 `open` calls succeed.
 """)

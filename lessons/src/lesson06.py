@@ -137,14 +137,63 @@ check("run_both_clocks", test)
 """)
 
 md("""
+## 5. Exercise: which clock stops it?
+
+Each case below is a call `run_both_clocks(code, cpu, wall)`. Predict, **without running them**, what each returns:
+`"ok"`, `"error"`, `"cpu_limit"` or `"timed_out"`.
+""")
+
+exercise("which_clock", """
+SPIN = "while True: pass"
+FAMILY = ("import subprocess, sys\\n"
+          "child = 'import time\\\\nend = time.process_time() + 0.8\\\\nwhile time.process_time() < end: pass'\\n"
+          "kids = [subprocess.Popen([sys.executable, '-c', child]) for _ in range(4)]\\n"
+          "for kid in kids: kid.wait()\\n")
+CASES = {
+    "a": (SPIN, 1, 30),
+    "b": (SPIN, 5, 1),
+    "c": ("import time; time.sleep(60)", 1, 2),
+    "d": (FAMILY, 1, 30),
+}
+
+def which_clock():
+    \"\"\"For each case: what run_both_clocks(code, cpu, wall) returns.\"\"\"
+    ### BEGIN SOLUTION
+    return {
+        "a": "cpu_limit",  # spins into the CPU limit long before the wall deadline
+        "b": "timed_out",  # the wall deadline (1 s) comes before the CPU limit (5 s): reported as timed_out
+        "c": "timed_out",  # sleeping burns no CPU; only the wall clock sees it
+        "d": "ok",  # 3.2 s of CPU in all, but RLIMIT_CPU is per process and each child uses 0.8 s
+    }
+    ### END SOLUTION
+""")
+
+check("which_clock", """
+ANSWERS = {"a": "cpu_limit", "b": "timed_out", "c": "timed_out", "d": "ok"}
+WHY = {"a": "a spinning loop reaches the 1 s CPU limit long before the 30 s wall deadline",
+       "b": "a wall deadline shorter than the CPU limit stops the spinner first, so it is reported as timed_out",
+       "c": "sleeping uses no CPU, so only the wall deadline stops it",
+       "d": "RLIMIT_CPU is per process, not per family: each child uses 0.8 s, under its own 1 s"}
+
+def test():
+    guesses = which_clock()
+    expect(isinstance(guesses, dict) and set(guesses) == set(CASES), "which_clock() should return a dict with one entry per case: a to d")
+    for key, wanted in ANSWERS.items():
+        expect(guesses[key] == wanted, f"case {key} gives {wanted!r}, you predicted {guesses[key]!r}: {WHY[key]}")
+    return "you can tell which clock will speak"
+check("which_clock", test)
+""")
+
+md("""
 ## Common mistakes
 
 * **A wall deadline shorter than the CPU limit.** The spinner is then always reported as `timed_out`, and the
-  CPU limit never speaks.
-* **Measuring "how long it ran" with CPU time.** A sleeping child shows almost 0 s of CPU; use a monotonic wall
-  clock (`time.monotonic()`, never `time.time()`, which jumps when the system clock is set).
+  CPU limit never speaks (the second exercise).
+* **Measuring "how long it ran" with CPU time.** A sleeping child shows almost 0 s of CPU (the second exercise);
+  use a monotonic wall clock (`time.monotonic()`, never `time.time()`, which jumps when the system clock is set).
 * **Thinking RLIMIT_CPU is per family.** It is per process: a child that starts 50 spinning children gets 50
-  times the CPU. Lesson 7 deals with families.
+  times the CPU. Lesson 7 makes sure the whole family ends with the run; rationing the CPU of a family as a whole
+  needs a cgroup (`cpu.max`), one of the walls of lesson 12. (The second exercise shows it.)
 
 ## Try this next
 
@@ -152,9 +201,26 @@ md("""
   pure-Python threads from running truly in parallel; try `hashlib.sha256` on big data, which releases it.)
 * What does a child blocked on `input()` do when its stdin is `subprocess.DEVNULL`?
 
+## Key points
+
+* Wall time is time on the clock; CPU time is time a processor spent on the process. Sleeping and waiting use no
+  CPU.
+* `RLIMIT_CPU` (kernel-enforced, per process) stops spinning; only the parent's wall deadline stops waiting.
+* Use both, with the wall deadline above the CPU limit, so each runaway is named for what it did.
+
 ## The real thing
 
 In `cellbox.sandbox` the parent keeps the `wall_time` deadline while `cellbox._launch` sets `cpu_time` as
 RLIMIT_CPU (soft n, hard n + 1); the `Outcome` says `cpu_limit` or `timed_out`, and `classify` puts what the parent
 did first.
+""")
+
+answers("""
+## Answers to "Try this next"
+
+* Two pure-Python spinning threads: CPU time about equal to wall time (the GIL lets one run at a time). Two
+  threads hashing large buffers with `hashlib.sha256` (which releases the GIL): CPU time up to twice the wall time
+  on two cores. That is why a CPU limit can run out before the wall clock does.
+* It does not block: `input()` reads end-of-file at once and raises `EOFError`, so the child ends with an error
+  (return code 1) instead of hanging. Give children `stdin=subprocess.DEVNULL` for exactly that reason.
 """)

@@ -82,7 +82,7 @@ for attempt in range(50):               # give the server a moment to start list
     except OSError:
         time.sleep(0.1)
 os.kill(orphan, signal.SIGKILL)   # tidy up by hand, this time
-del probe, answer   # a socket and a response belong to this process: they cannot travel to the next cell
+del probe, answer   # a closed socket and a finished response: nothing later cells need
 """)
 
 md("""
@@ -121,10 +121,31 @@ finally:
     proc.communicate()
 time.sleep(0.2)
 print(f"grandchild {int(pid_line)} alive: {alive(int(pid_line))}")
-del proc   # a Popen object belongs to this process: under the cellbox kernel it cannot travel to the next cell
+del proc   # the process it stood for has ended; later cells do not need it
 """)
 
 md("""
+### When the group is already empty
+
+"Always kill the group" has one case to handle. When the child and all its descendants have ended **and** the
+child has been collected (`communicate()` or `wait()` returned), the group no longer exists, and `os.killpg`
+raises `ProcessLookupError`. That is good news (nothing was left to kill), so catch exactly that exception:
+""")
+
+code("""
+proc = subprocess.Popen([sys.executable, "-c", "print('done at once')"], stdout=subprocess.PIPE, text=True,
+                        start_new_session=True)
+proc.communicate()                       # the child has exited and is collected: its group is empty
+try:
+    os.killpg(proc.pid, signal.SIGKILL)
+except ProcessLookupError as error:
+    print("ProcessLookupError:", error, "-> nothing left to kill, which is what we wanted")
+del proc
+""")
+
+md("""
+(Until the child is collected it is a zombie: its pid, and so its group, still exist, and `killpg` succeeds.)
+
 ## 4. The escape: `os.setsid()` leaves the group
 
 A process may start its own session at any time, and daemons do exactly that. Then it is no longer in our group,
@@ -203,7 +224,8 @@ the cell ends: a server started in a cell never outlives the cell.
 ## 6. Exercise: `run_tree`
 
 Write `run_tree(code, wall)`: run `code` in a new Python process in its own session, capture its output, wait at
-most `wall` seconds for it, then **always** kill its whole process group and collect the child. Return `"ok"`,
+most `wall` seconds for it, then **always** kill its whole process group (an empty group raises
+`ProcessLookupError`, as section 3 showed) and collect the child. Return `"ok"`,
 `"error"` or `"timed_out"` (when the deadline passed before the output closed). The check starts a daemon-like
 grandchild whose stdout and stderr go to `/dev/null`: your function must return at once and still kill it.
 """)
@@ -260,12 +282,62 @@ check("run_tree", test)
 """)
 
 md("""
+## 7. Exercise: who survives?
+
+A child started with `start_new_session=True` starts one grandchild, then the parent does one of the things below
+and waits a moment. Predict, **without running them**, whether the grandchild is still alive afterwards (`True`)
+or not (`False`).
+
+* `"kill"`: the parent calls `proc.kill()`.
+* `"killpg"`: the parent calls `os.killpg(proc.pid, signal.SIGKILL)`.
+* `"killpg_after_setsid"`: the grandchild called `os.setsid()` first; the parent calls `os.killpg(proc.pid, ...)`.
+* `"subreaper_sweep"`: as the previous one, but the parent is a child subreaper and, after the child dies, kills
+  every process whose parent is now itself (section 5).
+* `"timeout_run"`: the parent used `subprocess.run(..., timeout=1)` and the child ran longer.
+""")
+
+exercise("survivors", """
+def survivors():
+    \"\"\"For each case: True if the grandchild is still alive afterwards.\"\"\"
+    ### BEGIN SOLUTION
+    return {
+        "kill": True,  # only the direct child got the signal
+        "killpg": False,  # the grandchild is in the child's group
+        "killpg_after_setsid": True,  # it left the group
+        "subreaper_sweep": False,  # re-parented to us, then found and killed
+        "timeout_run": True,  # run() kills only the direct child at the timeout
+    }
+    ### END SOLUTION
+""")
+
+check("survivors", """
+ANSWERS = {"kill": True, "killpg": False, "killpg_after_setsid": True, "subreaper_sweep": False, "timeout_run": True}
+WHY = {"kill": "proc.kill() signals only the direct child",
+       "killpg": "killpg signals every process still in the group, the grandchild included",
+       "killpg_after_setsid": "after os.setsid() the grandchild is in a group of its own, which killpg misses",
+       "subreaper_sweep": "the orphan is re-parented to the subreaper, which finds it among its children",
+       "timeout_run": "the timeout of subprocess.run kills only the direct child"}
+
+def test():
+    guesses = survivors()
+    expect(isinstance(guesses, dict) and set(guesses) == set(ANSWERS), f"survivors() should return a dict with the keys {sorted(ANSWERS)}")
+    for key, wanted in ANSWERS.items():
+        expect(guesses[key] is wanted, f"{key}: the grandchild is {'alive' if wanted else 'gone'} afterwards, "
+               f"you predicted {guesses[key]!r}: {WHY[key]}")
+    return "you know which kill reaches which process"
+check("survivors", test)
+""")
+
+md("""
 ## Common mistakes
 
 * **`proc.kill()` instead of `os.killpg(proc.pid, ...)`.** That kills only the direct child.
 * **Killing the group only on timeout.** A child that exits normally can leave a daemon behind.
-* **`os.killpg(os.getpgid(proc.pid), ...)` after the child has exited.** The pid is gone, so `getpgid` fails; with
-  `start_new_session=True` the group id *is* the child's pid, so use that.
+* **`os.killpg(os.getpgid(proc.pid), ...)` after the child has been collected.** Once `communicate()` or `wait()`
+  has reaped it, the pid is gone and `getpgid` raises `ProcessLookupError`; with `start_new_session=True` the
+  group id *is* the child's pid, so use that.
+* **Not catching `ProcessLookupError` from `killpg`.** A group whose every member has ended and been collected
+  no longer exists; that is the good case, not an error.
 * **Forgetting the pipe.** Any descendant holding stdout keeps `communicate()` waiting: keep the deadline.
 * **Thinking a group is a boundary.** Any process may leave it (`setsid`); only a subreaper, a PID namespace or a
   cgroup keeps track of every descendant.
@@ -275,9 +347,28 @@ md("""
 * Start the web server of section 2 through your `run_tree`, then try to reach it afterwards.
 * Read `/proc/self/status` in a child and find the `NSpid` line: what does it show under `unshare --pid --fork`?
 
+## Key points
+
+* `timeout=` and `proc.kill()` reach only the direct child; servers and pools it started live on, and any of them
+  holding the output pipe keeps `communicate()` waiting.
+* `start_new_session=True` puts the child in a new process group; `os.killpg(proc.pid, SIGKILL)` kills the group.
+  Kill it always, and treat `ProcessLookupError` (an empty group) as success.
+* A descendant that calls `os.setsid()` leaves the group: only a child subreaper, a PID namespace or a cgroup
+  keeps track of every descendant.
+
 ## The real thing
 
 `cellbox._launch` runs every command as the leader of its own process group under a supervisor that is a child
 subreaper; when the run ends it kills the group and every re-parented descendant (and, where it can, a pids cgroup
 holds them all). `Outcome.killed_processes` says how many it had to kill.
+""")
+
+answers("""
+## Answers to "Try this next"
+
+* `run_tree(starts_server, 1)` returns `"timed_out"`, and afterwards `urllib.request.urlopen` to the server's port
+  fails with a connection error: the server was in the child's group and died with it.
+* `NSpid:` lists the process's pid in each PID namespace it belongs to, outermost first. In an ordinary child it
+  has one number, the same as `Pid:`. Under `unshare -r --pid --fork` (the `-r` gives the user namespace that a
+  non-root user needs) it has two: the pid seen from outside, then `1` (or a small number) inside the new namespace.
 """)

@@ -53,8 +53,7 @@ try:
 except subprocess.SubprocessError as error:
     print(f"after {time.monotonic() - started:.1f} s: {type(error).__name__}: {error}")
 worker.join()
-# Locks and threads live in this process only; under the cellbox kernel every cell is a new process,
-# so we let go of them here instead of leaving the kernel to warn that they cannot be carried.
+# The thread has finished and nothing needs the lock any more: drop them.
 del lock, worker, preexec
 """)
 
@@ -137,13 +136,64 @@ def test():
     expect(isinstance(command, list) and all(isinstance(a, str) for a in command),
            "launcher_command should return a list of strings, ready for subprocess.run")
     result = subprocess.run(command, capture_output=True, text=True, timeout=10)
-    expect(result.stdout == "hi\\n", f"running ['echo', 'hi'] printed {result.stdout!r} {result.stderr[-200:]!r}: exec argv at the end")
+    expect(result.stdout == "hi\\n", f"running ['echo', 'hi'] printed {result.stdout!r} {result.stderr[-200:]!r}: "
+           "exec argv at the end, with os.execvp (os.execv needs a path, not a bare name like echo)")
     probe = "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0], *resource.getrlimit(resource.RLIMIT_CPU))"
     result = subprocess.run(launcher_command([sys.executable, "-c", probe], 256 * MB, 3), capture_output=True, text=True, timeout=10)
     expect(result.stdout.split() == [str(256 * MB), "3", "4"],
            f"the command saw RLIMIT_AS, RLIMIT_CPU soft and hard = {result.stdout.split()}, expected {256 * MB}, 3, 4")
+    proc = subprocess.Popen(launcher_command([sys.executable, "-c", "import os; print(os.getpid())"], 256 * MB, 3),
+                            stdout=subprocess.PIPE, text=True)
+    said = proc.communicate(timeout=10)[0].strip()
+    expect(said == str(proc.pid), f"the command ran as pid {said}, not as the launcher ({proc.pid}): "
+           "exec it with os.execvp instead of starting it with subprocess or os.system")
     return "limits set by a launcher, then exec: no Python between fork and exec"
 check("launcher_command", test)
+""")
+
+md("""
+## 4. Exercise: which of these run Python between fork and exec?
+
+Each entry is a way of starting a child with `subprocess.Popen`. Say which ones run **Python code of ours in the
+child after `fork` and before `exec`** (the dangerous moment in a program with threads), by returning their keys
+as a set from `unsafe_with_threads()`.
+""")
+
+exercise("unsafe_with_threads", """
+WAYS = {
+    "a": "Popen(argv, preexec_fn=set_limits)",
+    "b": "Popen(argv, start_new_session=True)",
+    "c": "Popen(argv, process_group=0)",
+    "d": "Popen(argv, env={'PATH': '/usr/bin'}, cwd='/tmp')",
+    "e": "Popen([sys.executable, '-c', LAUNCHER, ..., *argv])",
+    "f": "Popen(argv, preexec_fn=os.setsid)",
+}
+
+def unsafe_with_threads():
+    \"\"\"The keys of WAYS that run Python code in the child between fork and exec.\"\"\"
+    ### BEGIN SOLUTION
+    # Only preexec_fn runs Python there, even when the function is a thin wrapper such as os.setsid;
+    # the session, the group, env and cwd are set by subprocess's C code; the launcher runs after exec.
+    return {"a", "f"}
+    ### END SOLUTION
+""")
+
+check("unsafe_with_threads", """
+WHY = {"a": "preexec_fn runs your Python function in the child before exec",
+       "b": "start_new_session is done by subprocess's C code between fork and exec",
+       "c": "process_group is done by subprocess's C code between fork and exec",
+       "d": "env and cwd are applied by subprocess's C code",
+       "e": "the launcher's Python runs after exec, in a fresh interpreter with one thread",
+       "f": "preexec_fn=os.setsid still calls a Python-level function in the child: use start_new_session=True"}
+
+def test():
+    guess = unsafe_with_threads()
+    expect(isinstance(guess, set), f"unsafe_with_threads() should return a set of keys, not {type(guess).__name__}")
+    for key in sorted(WAYS):
+        wanted = key in {"a", "f"}
+        expect((key in guess) == wanted, f"{key} ({WAYS[key]}) is {'unsafe' if wanted else 'safe'}: {WHY[key]}")
+    return "only preexec_fn runs Python between fork and exec"
+check("unsafe_with_threads", test)
 """)
 
 md("""
@@ -154,6 +204,8 @@ md("""
   as a parent) and the command's return code must be passed back by hand; `exec` simply becomes the command.
 * **`os.execv` with a bare name.** `execv` needs a path; `execvp` looks the name up on `PATH`.
 * **"My program has no threads."** Your libraries may: a thread pool, a logging handler, a Jupyter kernel.
+* **`preexec_fn=os.setsid`.** Still a Python-level call between fork and exec; `start_new_session=True` does the
+  same in C (the second exercise).
 
 ## Try this next
 
@@ -161,9 +213,26 @@ md("""
   safe too. Check with `os.getpgid(0)` in the command.
 * Python 3.12 warns (`DeprecationWarning`) when `fork` is used in a process with threads. Why might that be?
 
+## Key points
+
+* `preexec_fn` runs Python in the child between `fork` and `exec`, with a copy of the parent's locks but only one
+  thread: in a program with threads it can deadlock.
+* Instead, start a tiny single-threaded launcher that sets the limits and then `exec`s the real command.
+* `exec` keeps the pid, the environment and the resource limits: limits set before `exec` hold after it.
+
 ## The real thing
 
 `cellbox._launch` is cellbox's launcher: a standard-library-only file the parent starts with
 `python -I -S _launch.py SPEC`; it applies every limit (rlimits, nice, I/O class, optional user) and then execs the
 command, while a supervisor half of it stays behind to collect the process tree (design rule 1).
+""")
+
+answers("""
+## Answers to "Try this next"
+
+* `os.getpgid(0)` in the command equals the launcher's pid (`proc.pid`), which is also the command's pid after
+  `exec`: the new session and group were made by subprocess's C code, and survive `exec` like the limits.
+* `fork` copies only the calling thread. Any lock another thread held (in `logging`, in an import, in `malloc`)
+  stays locked forever in the child, so the child may deadlock as soon as it touches it, and Python code run
+  before `exec` (or a child that never execs) touches such locks all the time. The warning points that out.
 """)

@@ -52,7 +52,7 @@ nicest = subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", spin], stdo
 for name, proc in (("normal", normal), ("nice 19", nicest)):
     cpu, niceness = proc.communicate()[0].split()
     print(f"{name:>8} (niceness {niceness:>2}): {cpu} s of CPU in 1 s")
-del normal, nicest, proc   # processes cannot travel to the next cell under the cellbox kernel
+del normal, nicest, proc   # both have ended; later cells do not need them
 """)
 
 md("""
@@ -106,16 +106,59 @@ def courteous(argv):
 """)
 
 check("courteous", """
+import os
+
 def test():
+    mine = os.nice(0)
     command = courteous(["echo", "hi"])
+    expect(os.nice(0) == mine, "courteous changed this notebook's own niceness: put nice -n 19 in the command instead of calling os.nice")
     expect(isinstance(command, list) and command[-2:] == ["echo", "hi"], f"the command should end with argv, got {command!r}")
     niceness = subprocess.run(courteous([sys.executable, "-c", "import os; print(os.nice(0))"]), capture_output=True, text=True)
-    expect(niceness.stdout.strip() == "19", f"the child's niceness was {niceness.stdout.strip() or niceness.stderr!r}, expected 19")
+    expect(niceness.stdout.strip() == "19", f"the child's niceness was {niceness.stdout.strip() or niceness.stderr.strip()!r}, "
+           "expected 19: write nice -n 19 (without -n, nice takes 19 for the command's name)")
     if shutil.which("ionice"):
         io = subprocess.run(courteous(["ionice"]), capture_output=True, text=True).stdout.strip()
         expect(io == "idle", f"the child's I/O class was {io!r}: add ionice -c 3")
     return "the child runs at the lowest CPU and I/O priority"
 check("courteous", test)
+""")
+
+md("""
+## 6. Exercise: predict the niceness
+
+A process at niceness 0 runs each command below, ending with a program that prints its own niceness. Predict,
+**without running them**, the number printed. (`nice` without `-n` adds 10; niceness never goes above 19.)
+""")
+
+exercise("predict_niceness", """
+CASES = {
+    "a": "nice -n 5 nice -n 5 PRINT",
+    "b": "nice -n 19 nice -n 5 PRINT",
+    "c": "nice -n 10 sh -c 'nice -n 3 PRINT'",
+    "d": "nice PRINT",
+}
+
+def predict_niceness():
+    \"\"\"For each case: the niceness PRINT reports, starting from niceness 0.\"\"\"
+    ### BEGIN SOLUTION
+    return {"a": 10, "b": 19, "c": 13, "d": 10}
+    ### END SOLUTION
+""")
+
+check("predict_niceness", """
+ANSWERS = {"a": 10, "b": 19, "c": 13, "d": 10}
+WHY = {"a": "each nice adds to the niceness it inherited: 5 + 5",
+       "b": "niceness stops at 19, it never goes above",
+       "c": "the shell inherits 10 and its child adds 3",
+       "d": "nice without -n adds 10"}
+
+def test():
+    guesses = predict_niceness()
+    expect(isinstance(guesses, dict) and set(guesses) == set(CASES), "predict_niceness() should return a dict with one entry per case: a to d")
+    for key, wanted in ANSWERS.items():
+        expect(guesses[key] == wanted, f"case {key} prints {wanted}, you predicted {guesses[key]!r}: {WHY[key]}")
+    return "priorities add up, are inherited, and stop at 19"
+check("predict_niceness", test)
 """)
 
 md("""
@@ -131,8 +174,25 @@ md("""
 * `os.setpriority(os.PRIO_PROCESS, pid, 19)` sets another process's niceness; try it on a child you started.
 * Run the two spinners without pinning them: with two CPUs, does niceness still matter?
 
+## Key points
+
+* `nice -n 19` gives a process the lowest CPU priority; `ionice -c 3` puts it in the idle I/O class.
+* Both are inherited by children, and a process cannot make itself greedier again without privilege.
+* Priority decides who goes first, not how much: it is courtesy on top of limits, not security.
+
 ## The real thing
 
 `cellbox.limits.Limits` has `nice` (default 19) and `io_class` (default `idle`); `cellbox._launch` applies them with
 setpriority(2) and ioprio_set(2) before exec, and reports in the `Outcome`'s notes when it could not.
+""")
+
+answers("""
+## Answers to "Try this next"
+
+* `os.setpriority(os.PRIO_PROCESS, proc.pid, 19)` on a child you own works without privilege (raising its
+  niceness); `os.getpriority(os.PRIO_PROCESS, proc.pid)` then says 19. Setting it back lower raises
+  `PermissionError` unless you have `CAP_SYS_NICE`.
+* Hardly, on an otherwise idle two-CPU machine: each spinner gets a CPU of its own and both get about 1 s of CPU.
+  Niceness only matters when processes compete for the same CPU (on a busy machine, or under a cellbox cell where
+  both already run at 19, they share equally).
 """)

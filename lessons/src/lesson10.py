@@ -74,7 +74,7 @@ with open(os.path.join(project, "backend.py"), "w") as backend:
             "    note.write(f'the build backend ran and saw {len(os.environ)} environment variables')\\n"
             "def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):\\n"
             "    raise RuntimeError('this project builds nothing: it only wanted to run')\\n")
-del pyproject, backend   # closed files cannot travel to the next cell under the cellbox kernel
+del pyproject, backend   # both files are closed; later cells do not need them
 print(sorted(os.listdir(project)))
 """)
 
@@ -133,11 +133,60 @@ def test():
         expect(isinstance(python, str) and os.path.exists(python), f"fresh_venv returned {python!r}, which does not exist")
         said = subprocess.run([python, "-c", ask], capture_output=True, text=True, timeout=30).stdout.split("\\n")
         expect(os.path.realpath(said[0]) == os.path.realpath(where), f"that python's sys.prefix is {said[0]!r}, not the new venv")
-        expect(said[1].endswith("False"), "the new environment sees the notebook's packages: don't use system_site_packages")
+        config = open(os.path.join(where, "pyvenv.cfg")).read().replace(" ", "").lower()
+        expect(said[1].endswith("False") and "include-system-site-packages=true" not in config,
+               "the new environment sees packages installed outside it: don't use system_site_packages")
+        other = fresh_venv(where + "-second")
+        expect(other != python and os.path.exists(other), f"a second task got {other!r}: every task needs its own fresh venv at its own path")
     finally:
         shutil.rmtree(os.path.dirname(where), ignore_errors=True)
     return "a clean environment in a directory you can throw away"
 check("fresh_venv", test)
+""")
+
+md("""
+## 5. Exercise: which steps run the submission's code?
+
+Here are steps a grader might take with a student's project folder (it has a `pyproject.toml` whose build backend
+lives in the project, as in section 3). Which of them run code **from the project**? Return their keys as a set
+from `runs_project_code()`.
+""")
+
+exercise("runs_project_code", """
+STEPS = {
+    "a": "venv.create(task / 'venv', with_pip=False)",
+    "b": "shutil.copytree(project, task / 'work')",
+    "c": "tomllib.load(open(project / 'pyproject.toml', 'rb'))",
+    "d": "pip install ./project",
+    "e": "python -m build ./project",
+    "f": "python -m pytest tests/ (the tests import the project)",
+}
+
+def runs_project_code():
+    \"\"\"The keys of STEPS that run code written by the project's author.\"\"\"
+    ### BEGIN SOLUTION
+    # Installing or building calls the project's build backend; running its tests imports it.
+    # Creating a venv, copying files and parsing TOML only read data.
+    return {"d", "e", "f"}
+    ### END SOLUTION
+""")
+
+check("runs_project_code", """
+WHY = {"a": "creating a venv copies and links our interpreter's files, nothing of the project",
+       "b": "copying files reads them, it never runs them",
+       "c": "parsing TOML reads data, it never runs it",
+       "d": "pip install calls the project's build backend, which is the project's code: it belongs in the sandbox",
+       "e": "building calls the project's build backend too",
+       "f": "the tests import the project, which runs its code"}
+
+def test():
+    guess = runs_project_code()
+    expect(isinstance(guess, set), f"runs_project_code() should return a set of keys, not {type(guess).__name__}")
+    for key in sorted(STEPS):
+        wanted = key in {"d", "e", "f"}
+        expect((key in guess) == wanted, f"{key} ({STEPS[key]}) {'runs' if wanted else 'does not run'} the project's code: {WHY[key]}")
+    return "the install is part of the untrusted run"
+check("runs_project_code", test)
 """)
 
 md("""
@@ -148,7 +197,7 @@ md("""
 * **`system_site_packages=True`.** Convenient, but the task then sees (and its imports can be shadowed by) what is
   installed in your environment.
 * **Installing outside the sandbox "because pip is trusted".** pip is; the project's `setup.py` or build backend is
-  not.
+  not (the second exercise).
 * **Forgetting to delete it.** A few hundred tasks a day fill a disk.
 
 ## Try this next
@@ -156,9 +205,26 @@ md("""
 * Time `venv.create(..., with_pip=True)`: where does the difference come from?
 * Put a `.pth` file containing `import os; print("hello")` into a venv's `site-packages` and start its Python.
 
+## Key points
+
+* A fresh virtualenv per task gives every run the same clean set of packages, and a directory to delete after.
+* `venv.create(path, with_pip=False)` takes a fraction of a second; do not share one venv between submissions.
+* Installing a project runs its build backend, which is the project's code: install inside the sandbox, with the
+  same limits and scrubbed environment as the tests.
+
 ## The real thing
 
 `cellbox.grading` (`cellbox grade`) gives every submission its own task directory and virtualenv, built quickly from
 cached pieces that no submission can change, installs the submission there under the same limits and scrubbed
 environment as its tests, and deletes it all afterwards.
+""")
+
+answers("""
+## Answers to "Try this next"
+
+* Seconds instead of a fraction of one: `with_pip=True` runs `ensurepip`, which installs pip from the wheel bundled
+  with Python into the new environment (unpacking and byte-compiling thousands of files).
+* `hello` is printed before anything else, at every start of that Python: `site` executes lines of `.pth` files
+  that begin with `import`. That is why a shared venv is dangerous: one submission can plant code that runs in
+  every later one.
 """)

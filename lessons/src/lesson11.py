@@ -20,7 +20,7 @@ flowchart TD
     E -- no --> U[unverified]
     E -- yes --> X{"exit 0 and all passed?"}
     X -- yes --> V[verified]
-    X -- "no: exit 1, some failed" --> F[failed]
+    X -- "no: some failed, error or skipped" --> F[failed]
 ```
 """)
 
@@ -109,16 +109,28 @@ for name, source in SUBMISSIONS.items():
 """)
 
 md("""
-The faker left no report at all: no evidence, so its verdict is **unverified**, whatever its exit code. (A clever
-submission could *write* a fake report file. cellbox's grader therefore has its own pytest plugin send each result
-over a private channel, tagged with a random number chosen for this run, that the submission cannot know.)
+The faker left no report at all: no evidence, so its verdict is **unverified**, whatever its exit code.
 
-So, four verdicts, and only one of them is success:
+A report *file* is weak evidence, though: a submission can write one itself. cellbox's grader therefore has its
+own pytest plugin send each result over a channel (a file descriptor the grader opened), tagged with a random
+nonce chosen for this run, and checks the whole record: the tests the instructor wrote were collected, each one
+ran and reported, the session ended with pytest's own exit status. That stops an early `os._exit(0)`, a killed
+pytest, a forged report file and messages from other processes. It does **not** stop everything: the
+submission's code runs in the same process as pytest and the plugin, so code that deliberately goes looking can
+find the channel and the nonce and write a record of passes. Such a deliberate forgery needs a person reading
+the code (the README's "What this does not stop").
+
+The name "three-state" counts what the evidence can say about the code: it passed, it failed, or we cannot tell.
+A run that ran out of time is a fourth verdict of its own. So, four verdicts, and only one of them is success:
 
 * `verified`: exit 0 **and** evidence that every expected test ran and passed, in this run;
-* `failed`: exit 1 with evidence that tests ran and some failed;
-* `unverified`: anything else (exit 2 to 5, no evidence, evidence that does not add up);
+* `failed`: the tests ran (complete evidence) and not all passed: exit 1 with tests `failed` or in `error`, or
+  exit 0 with tests `skipped` (a skip is not a pass);
+* `unverified`: anything else: exit 2 to 5, no evidence or incomplete evidence, or evidence that contradicts the
+  exit code (exit 1 with every test passed, exit 0 with a failure);
 * `timed_out`: the wall deadline passed. That is its own state, neither a pass nor a failure of the code's logic.
+
+These are the rules of `cellbox grade` (the README's Verdicts table), in small.
 
 ## 3. The green UNVERIFIED badge
 
@@ -155,9 +167,10 @@ md("""
 
 **`verdict(exit_code, expected, results, timed_out=False)`**: `expected` is the set of test names the instructor
 wrote; `results` is the evidence, a dict `{name: outcome}` as `read_report` returns it, or `None` when there is none.
-Return `"timed_out"` when `timed_out`; `"verified"` when the exit code is 0, the evidence names exactly the expected
-tests and every one `"passed"`; `"failed"` when the exit code is 1, every expected test has a result and at least
-one is `"failed"`; otherwise `"unverified"`.
+Apply the rules above, in this order: `"timed_out"` when `timed_out`; `"unverified"` when the exit code is not 0
+or 1, or the evidence does not name exactly the expected tests; `"verified"` when every outcome is `"passed"` and
+the exit code is 0; `"unverified"` when every outcome is `"passed"` but the exit code is 1, or when the exit code
+is 0 but some outcome is `"failed"` or `"error"`; otherwise `"failed"`.
 """)
 
 exercise("verdict", """
@@ -166,14 +179,14 @@ def verdict(exit_code, expected, results, timed_out=False):
     ### BEGIN SOLUTION
     if timed_out:
         return "timed_out"
-    if results is None or set(results) != set(expected) or not expected:
+    if exit_code not in (0, 1) or results is None or not expected or set(results) != set(expected):
         return "unverified"
     outcomes = set(results.values())
-    if exit_code == 0 and outcomes == {"passed"}:
-        return "verified"
-    if exit_code == 1 and "failed" in outcomes:
-        return "failed"
-    return "unverified"
+    if outcomes == {"passed"}:
+        return "verified" if exit_code == 0 else "unverified"
+    if exit_code == 0 and outcomes & {"failed", "error"}:
+        return "unverified"
+    return "failed"
     ### END SOLUTION
 """)
 
@@ -188,6 +201,14 @@ def test():
     expect(got == "unverified", f"exit 0 with only one of two tests reported gave {got!r}: the evidence must be complete")
     got = verdict(1, both, {"test_small": "passed", "test_negative": "failed"})
     expect(got == "failed", f"exit 1 with a failed test gave {got!r}, expected 'failed'")
+    got = verdict(1, both, {"test_small": "passed", "test_negative": "error"})
+    expect(got == "failed", f"exit 1 with a test in error gave {got!r}: the tests ran and one did not pass, 'failed'")
+    got = verdict(0, both, {"test_small": "passed", "test_negative": "skipped"})
+    expect(got == "failed", f"exit 0 with a skipped test gave {got!r}: a skip is not a pass, 'failed'")
+    got = verdict(1, both, passed)
+    expect(got == "unverified", f"exit 1 with every test passed gave {got!r}: evidence and exit code disagree, 'unverified'")
+    got = verdict(0, both, {"test_small": "passed", "test_negative": "failed"})
+    expect(got == "unverified", f"exit 0 with a failed test gave {got!r}: evidence and exit code disagree, 'unverified'")
     got = verdict(2, both, {})
     expect(got == "unverified", f"exit 2 (a collection error) gave {got!r}: the tests never ran, 'unverified'")
     got = verdict(5, both, {})
@@ -230,19 +251,44 @@ md("""
 * **`if returncode == 0: passed`.** Exit 0 is necessary, not sufficient: `os._exit(0)` fakes it.
 * **Treating exit 2 or 5 as "failed".** The tests never ran; the student's code may be fine and the problem is
   elsewhere (a wrong file name, a missing module). Say `unverified`, and show why.
-* **Trusting a report file the submission can write.** Evidence must come through a channel the submission cannot
-  forge.
+* **Counting a skip as a pass, or an error as "could not tell".** A skipped test did not pass (`failed`); a test
+  in error ran and did not pass (`failed`).
+* **Trusting a report file the submission can write.** Evidence must come through a channel the grader owns and
+  checks for consistency.
 * **Substring or prefix tests on labels** (`"VERIFIED" in label`, `label.endswith("VERIFIED")`).
 
 ## Try this next
 
-* Write a submission whose import kills its own parent process (`os.kill(os.getppid(), 9)`): what does pytest
-  report, and what does `verdict` say?
+* Write a submission whose import kills its own process with SIGKILL (`import os; os.kill(os.getpid(), 9)`) and
+  run it with `run_pytest(..., extra=[f"--junitxml={report}"])`: what exit code do you get, is there a report, and
+  what does `verdict` say?
 * Add a `conftest.py` to a submission that marks every test as passed. Why must the grader keep the instructor's
   tests, and their configuration, out of the submission's reach?
+
+## Key points
+
+* pytest's exit codes: 0 all passed, 1 some failed, 2 interrupted or a collection error, 3 internal error, 4 usage
+  error, 5 nothing collected. Exit 0 is necessary, not sufficient: `os._exit(0)` fakes it.
+* `verified` needs positive evidence, from a reporter the grader owns, that every expected test ran and passed;
+  tests that ran and did not all pass are `failed`; anything that proves nothing is `unverified`; the deadline is
+  `timed_out`.
+* The channel and nonce stop early exits, killed runs and forged files, not a deliberate forgery from inside the
+  same process.
+* Compare labels and verdicts by equality: `"VERIFIED" in "TESTS UNVERIFIED"` is true.
 
 ## The real thing
 
 `cellbox.verdict` defines the four verdicts and their labels (compared by equality, styled by exact value), and
 `cellbox.grading` runs pytest with its own reporter plugin that sends per-test evidence tied to a per-run nonce.
+""")
+
+answers("""
+## Answers to "Try this next"
+
+* pytest dies while importing the test module: `run_pytest` sees exit code `-9` (killed by SIGKILL), there is no
+  report, and `verdict(-9, {"test_small", "test_negative"}, None)` is `"unverified"`: nothing proves the tests ran.
+* A `conftest.py` next to the tests is loaded by pytest before the tests and can rewrite every report
+  (`pytest_runtest_makereport`) as passed. If the submission could place one where pytest reads it (or change
+  `pytest.ini`), it would decide its own verdict; so `cellbox grade` runs the instructor's copy of the tests from a
+  folder outside the submission, with `-c pytest.ini --confcutdir`, and never reads the submission's configuration.
 """)

@@ -52,7 +52,7 @@ send = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=
 result = subprocess.run([sys.executable, "-c", send], capture_output=True, text=True, timeout=10)
 server.close()
 print("child's returncode:", result.returncode, "| the server received:", received)
-del server   # a socket cannot travel to the next cell under the cellbox kernel
+del server   # closed: later cells do not need it
 """)
 
 md("""
@@ -227,11 +227,34 @@ md("""
 ## Try this next
 
 * `unshare -r -p -f --mount-proc ps ax`: what does a PID namespace see?
-* Find your kernel's Landlock ABI version: `cat /sys/kernel/security/lsm` lists `landlock` when it is on.
+* Is Landlock on in your kernel? `cat /sys/kernel/security/lsm` lists the security modules that are active, and
+  `landlock` is among them when it is. (That file does not give Landlock's ABI version: the
+  `landlock_create_ruleset` system call does, when called with the flag `LANDLOCK_CREATE_RULESET_VERSION`.)
+
+## Key points
+
+* Limits say how much, not what: a limited child can still read every file its user can read and use the network.
+* Namespaces (network, PID, mount), Landlock, containers (shared kernel) and virtual machines (own kernel) restrict
+  what; each is stronger and heavier than the last.
+* Get results out as text on stdout (base64 for small binary files); draw plots with the Agg backend.
+* Exit code 137 (or -9 in Python) is SIGKILL, very often the out-of-memory killer.
 
 ## The real thing
 
 `cellbox.sandbox` lists the layers that were active for each run in `Outcome.isolation` and, per design rule 8,
 reports a layer it could not apply in `Outcome.notes` instead of skipping it silently; the kernel carries rich
 output (plots as PNG) over a JSON channel, never by pickling.
+""")
+
+answers("""
+## Answers to "Try this next"
+
+* Only itself: `ps ax` lists one or two processes (`ps` as pid 1, or the shell and `ps`), because a new PID
+  namespace with its own `/proc` (`--mount-proc`) shows only its own processes. Where user namespaces are not
+  allowed, `unshare` fails with "Operation not permitted".
+* For example `landlock,lockdown,yama,...` when Landlock is on. The ABI version, from Python:
+  `ctypes.CDLL(None, use_errno=True).syscall(444, None, 0, 1)` (444 is `landlock_create_ruleset`, 1 is
+  `LANDLOCK_CREATE_RULESET_VERSION`) returns the version (a small number that grows with new kernels), or -1 when
+  Landlock is off or missing. In a container, `/sys/kernel/security` is often not mounted at all; the system call
+  still answers.
 """)

@@ -27,7 +27,7 @@ sequenceDiagram
     K->>K: read %%limits, build the allowlisted environment (lesson 4)
     K->>S: start python -I _launch.py SPEC in a new session (lesson 7)
     S->>C: fork, setrlimit + nice + ionice, exec (lessons 5, 8, 9)
-    C->>C: load the earlier cells' variables (cloudpickle), run the cell
+    C->>C: start from what the earlier cells left, run the cell
     C-->>K: stdout/stderr as they come; plots and results as JSON on fd 3 (lesson 12)
     K->>K: wall deadline (lesson 6); on the end: kill the group and every stray (lesson 7)
     S-->>K: exit status and rusage, as JSON
@@ -35,8 +35,8 @@ sequenceDiagram
 ```
 
 The kernel process itself never runs your code, never unpickles what a cell produced, and keeps answering
-(interrupts, completions) while a cell runs. Your variables travel from cell to cell **inside the children**,
-saved with cloudpickle at the end of each successful cell.
+(interrupts, completions) while a cell runs. Your variables travel from cell to cell **inside the children**:
+the kernel process never holds them.
 
 ## 2. Look at your own cell
 
@@ -60,9 +60,9 @@ print("this cell's pid:", os.getpid(), "| the previous cell's:", first_pid, "| s
 """)
 
 md("""
-Under the cellbox kernel the two pids differ, yet `first_pid` (and `os`, `MB`...) came through: that is the state
-carried by cloudpickle. Things that belong to one process (an open file, a socket, a thread, a running `Popen`)
-cannot be carried; the kernel lists them once in a warning instead of failing.
+Under the cellbox kernel the two pids differ, yet `first_pid` (and `os`, `MB`...) came through: names you define
+are there in later cells. What is not a name lives and dies with its cell: processes and threads a cell started end
+with it.
 
 A server started in a cell does not survive the cell: the supervisor kills every process the cell left behind.
 """)
@@ -156,18 +156,28 @@ programs = {
     "hog": ("x = bytearray(512 * 1024 * 1024)", limits),
     "daemon": ("import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import os, time; os.setsid(); time.sleep(60)'])", limits),
 }
+print("running as uid", os.getuid(), "| cell's working directory:", os.getcwd())
 outcomes = {}
 for name, (source, run_limits) in programs.items():
     outcome = run([sys.executable, "-c", source], limits=run_limits)
     outcomes[name] = outcome.to_json()
     print(f"{name:>6}: {outcome.summary()} killed={outcome.killed_processes}")
+    if outcome.exit_code in (126, 127):   # the launcher could not start the program at all
+        said = outcome.stderr.strip().splitlines()
+        print("        the program never started:", said[-1] if said else "the launcher gave no reason")
 print("isolation layers:", outcomes["hello"]["isolation"])
 """)
 
 md("""
 Each `status` is an exact string: compare it with `==`. (If the summary says "ran as root: not contained", this
-machine runs notebooks as root: rlimits cannot hold root back, which is why cellbox can run children as another user.) Note the daemon: its program ended with `ok`, and the
-supervisor still found and killed the process it left behind (`killed=1`).
+machine runs notebooks as root: rlimits cannot hold root back, which is why cellbox can run children as another
+user.) Note the daemon: its program ended with `ok`, and the supervisor still found and killed the process it left
+behind (`killed=1`).
+
+If every line says `status=error exit=126` instead, the launcher gave up before running the program (126 is the
+shell's "found but could not run" status). With this version of cellbox that happens when a non-root account runs
+`cellbox.sandbox.run` from inside a kernel cell; a fix is on its way. The exercises below do not depend on this
+cell: their checks build their own `Outcome` dicts.
 
 ## 5. Grading a folder with `cellbox grade`
 
@@ -244,13 +254,16 @@ print("removed the grading folder")
 """)
 
 md("""
-Instructors: the hidden tests for these lessons are in `lessons/grading/` (one file per lesson). To grade your
-students, collect their completed notebooks in a folder (one notebook per student, or one folder per student with
-all their notebooks) and run `cellbox grade THAT_FOLDER --tests lessons/grading --out results`.
+Instructors: the hidden tests for these lessons are in `lessons/grading/` (one file per lesson). Collect the
+completed notebooks of the lessons you handed out (one notebook per student for one lesson, or one folder per
+student) and grade them against **those lessons' tests only**, for example
+`cellbox grade lesson7/ --tests lessons/grading/test_lesson07.py --out results`. Grading against the whole folder
+expects every lesson: a student who did 6 of the 13 gets `failed`, since every test of a lesson not handed in fails.
 
 ## 6. Exercises
 
-Both take an `Outcome` as the JSON dict `Outcome.to_json()` gives (like the values of `outcomes` above).
+Both take an `Outcome` as the JSON dict `Outcome.to_json()` gives (like the values of `outcomes` above); its
+`"limits"` holds the run's limits, times in seconds and sizes in bytes, as floats or integers.
 
 **`limit_hit(outcome)`**: the name of the `Limits` field that stopped the run: `"wall_time"` for `timed_out`,
 `"cpu_time"` for `cpu_limit`, `"memory"` for `memory_limit`, `"output"` for `output_limit`, else `None`.
@@ -266,10 +279,17 @@ def limit_hit(outcome):
 """)
 
 check("limit_hit", """
+def outcome(status, **limits):
+    \"\"\"An Outcome as to_json() gives it (only the fields the exercises read).\"\"\"
+    base = {"wall_time": 30.0, "cpu_time": 30.0, "memory": 2 * 1024**3, "output": 1024**2}
+    return {"status": status, "exit_code": None, "signal": None, "limits": {**base, **limits}}
+
 def test():
-    for name, wanted in [("hello", None), ("bug", None), ("spin", "cpu_time"), ("sleep", "wall_time"), ("hog", "memory")]:
-        got = limit_hit(outcomes[name])
-        expect(got == wanted, f"for the {name!r} run (status {outcomes[name]['status']!r}) limit_hit gave {got!r}, expected {wanted!r}")
+    for status, wanted in [("ok", None), ("error", None), ("crashed", None), ("interrupted", None),
+                           ("cpu_limit", "cpu_time"), ("timed_out", "wall_time"), ("memory_limit", "memory"),
+                           ("output_limit", "output")]:
+        got = limit_hit(outcome(status))
+        expect(got == wanted, f"for a run with status {status!r} limit_hit gave {got!r}, expected {wanted!r}")
     return "you can tell which limit stopped a run"
 check("limit_hit", test)
 """)
@@ -278,6 +298,7 @@ md("""
 **`limits_line(outcome)`**: the `%%limits` line that would give a stopped run twice the limit it hit, read from
 `outcome["limits"]`: `"%%limits wall=4"` for a run that timed out under `wall_time` 2, `"%%limits cpu=2"`,
 `"%%limits memory=512M"` (sizes in whole MB) or `"%%limits output=2048K"` (in whole KB); `None` when no limit was hit.
+Times may be floats: write `4`, not `4.0`, and `5` for twice 2.5.
 """)
 
 exercise("limits_line", """
@@ -298,11 +319,23 @@ def limits_line(outcome):
 """)
 
 check("limits_line", """
+def outcome(status, **limits):
+    \"\"\"An Outcome as to_json() gives it (only the fields the exercises read).\"\"\"
+    base = {"wall_time": 30.0, "cpu_time": 30.0, "memory": 2 * 1024**3, "output": 1024**2}
+    return {"status": status, "exit_code": None, "signal": None, "limits": {**base, **limits}}
+
 def test():
-    for name, wanted in [("sleep", "%%limits wall=4"), ("spin", "%%limits cpu=2"), ("hog", "%%limits memory=512M"),
-                         ("hello", None)]:
-        got = limits_line(outcomes[name])
-        expect(got == wanted, f"for the {name!r} run limits_line gave {got!r}, expected {wanted!r}")
+    for run, wanted in [(outcome("timed_out", wall_time=2.0), "%%limits wall=4"),
+                        (outcome("timed_out", wall_time=2.5), "%%limits wall=5"),
+                        (outcome("cpu_limit", cpu_time=1.0), "%%limits cpu=2"),
+                        (outcome("memory_limit", memory=256 * 1024**2), "%%limits memory=512M"),
+                        (outcome("output_limit", output=1024**2), "%%limits output=2048K"),
+                        (outcome("ok"), None), (outcome("crashed"), None)]:
+        got = limits_line(run)
+        if got != wanted and isinstance(got, str) and isinstance(wanted, str) and got.replace(".0", "") == wanted:
+            raise Feedback(f"limits_line gave {got!r}, expected {wanted!r}: limits are floats in an Outcome, "
+                           "so format them with :g (4.0 becomes 4, 2.5 stays 2.5)")
+        expect(got == wanted, f"for a {run['status']!r} run with limits {run['limits']} limits_line gave {got!r}, expected {wanted!r}")
     return "a stopped student gets a concrete next step"
 check("limits_line", test)
 """)
@@ -311,21 +344,41 @@ md("""
 ## Common mistakes
 
 * **Putting `%%limits` anywhere but the first line.** It is a cell magic: first line only.
-* **Keeping a server or a thread "for the next cell".** Every cell is a new process; start what you need in the
-  cell that needs it.
+* **Keeping a server or a thread "for the next cell".** Processes and threads a cell started end with it; start
+  what you need in the cell that needs it.
 * **Comparing statuses with `in`.** `"limit" in status` is true for three different statuses; compare with `==`.
+* **Printing a float limit as it is.** `f"{2.0 * 2}"` is `"4.0"`; `%%limits` wants `wall=4`: format with `:g`.
 * **Raising limits instead of fixing the loop.** A `cpu_limit` usually means the loop never ends.
 
 ## Try this next
 
 * Print something every second for 5 seconds in a cell: the lines arrive while the cell runs.
 * Run `%%limits output=1K` and print 10 000 lines.
-* Grade your own completed lesson notebooks: `cellbox grade FOLDER --tests lessons/grading --out results`, then open
-  `results/report.html`.
+* Grade your own completed notebook of lesson 1: put it alone in a folder and run
+  `cellbox grade FOLDER --tests lessons/grading/test_lesson01.py --out results`, then open `results/report.html`.
+
+## Key points
+
+* The kernel composes lessons 1 to 12: every cell is a fresh, limited, low-priority child with a scrubbed
+  environment, killed with everything it started; names you define are there in later cells.
+* `%%limits` on a cell's first line changes that cell's limits; a limit that stops a cell gives a named error and
+  a sentence, and the kernel lives on.
+* `cellbox.sandbox.run` returns an `Outcome` whose `status` is an exact string; compare it with `==`.
+* `cellbox grade` gives each submission a verdict from evidence; grade against the tests of the lessons handed out.
 
 ## The real thing
 
 `cellbox.kernel` (the kernel), `cellbox.cellrunner` (the child side of a cell), `cellbox.sandbox` (`run`, `start`,
 `Outcome`), `cellbox.limits` (`Limits`, `%%limits` parsing), `cellbox.verdict` and `cellbox.grading`
 (`cellbox grade`). You have now written a small version of each.
+""")
+
+answers("""
+## Answers to "Try this next"
+
+* The lines arrive one per second while the cell runs: the kernel streams the child's output as it comes.
+* The cell stops with `CellOutputLimitError` once it has printed more than 1 KB; what it printed up to the limit is
+  shown, and the kernel lives on.
+* The completed notebook of lesson 1 gets `verified` (every test of `test_lesson01.py` passed); `report.html`
+  shows one row for it and the pass rate of each test.
 """)
