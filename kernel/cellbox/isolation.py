@@ -190,6 +190,7 @@ class Isolation:
         read_only: str | Iterable[str] = (),
         writable: str | Iterable[str] = (),
         hidden: str | Iterable[str] = (),
+        keep_root: bool | str = False,
         *,
         source: str | None = None,
     ) -> Isolation:
@@ -203,6 +204,7 @@ class Isolation:
                 string separated by commas (default: all).
             read_only, writable, hidden: absolute paths, as a list or one string
                 separated by ``os.pathsep`` (``:``).
+            keep_root: a bool or on/off text, as ``network`` (see :attr:`Isolation.keep_root`).
             source: where the values came from, for the error message
                 (``"CellboxKernel.isolation"``, ``"--isolation"``).
 
@@ -220,6 +222,7 @@ class Isolation:
                 read_only=_parse_paths(read_only),
                 writable=_parse_paths(writable),
                 hidden=_parse_paths(hidden),
+                keep_root=_parse_bool(keep_root, source=source, what="keep_root"),
             )
         except IsolationError as exc:
             if exc.source or source is None:
@@ -243,7 +246,7 @@ class Isolation:
         return {**dataclasses.asdict(self), "wanted": list(self.wanted)}
 
 
-def _parse_bool(value: bool | str, *, source: str | None) -> bool:
+def _parse_bool(value: bool | str, *, source: str | None, what: str = "the network") -> bool:
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
@@ -251,7 +254,7 @@ def _parse_bool(value: bool | str, *, source: str | None) -> bool:
         return True
     if text in _FALSE:
         return False
-    raise IsolationError(f"expected on or off for the network, got {value!r}", source=source)
+    raise IsolationError(f"expected on or off for {what}, got {value!r}", source=source)
 
 
 def _parse_names(value: str | Iterable[str]) -> list[str]:
