@@ -368,3 +368,99 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
 
+
+
+# --------------------------------------------------------------------------- a hostile cell against the session
+
+FORGE_REPLY = """
+import json, os, sys
+_forged = {forged!r}
+def _forge():
+    global _forged
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "fork_run" and "sock" in frame.f_locals and _forged is not None:
+            frame.f_locals["sock"].send(json.dumps({{"pid": _forged}}).encode())
+            _forged = None
+            return
+        frame = frame.f_back
+os.register_at_fork(after_in_parent=_forge)
+"""
+
+
+@pytest.mark.parametrize("forged", ["decoy", "not-a-number", 1])
+def test_a_snapshot_that_forges_its_reply_kills_nothing_and_breaks_no_session(tmp_path: Path, forged: object) -> None:
+    import subprocess
+
+    decoy = subprocess.Popen(["sleep", "60"])
+    try:
+        with running_kernel("cellbox", cwd=str(tmp_path)) as (km, kc):
+            ok(kc, "kept_name = 'here'")
+            ok(kc, FORGE_REPLY.format(forged=decoy.pid if forged == "decoy" else forged))
+            hit = execute(kc, "%%limits wall=2\nprint('next cell')")
+            assert hit.stream() == "next cell\n"
+            assert km.is_alive()
+            assert ok(kc, "print(kept_name)") == "here\n"
+        assert decoy.poll() is None  # the host process the snapshot named is alive
+    finally:
+        decoy.kill()
+        decoy.wait()
+
+
+WRITE_SNAPSHOTS = """
+import ctypes, os
+class iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+libc = ctypes.CDLL(None, use_errno=True)
+ulong = ctypes.c_ulong
+libc.process_vm_writev.argtypes = [ctypes.c_int, ctypes.c_void_p, ulong, ctypes.c_void_p, ulong, ulong]
+buf = ctypes.create_string_buffer(b"grade=A", 7)
+address = ctypes.addressof((ctypes.c_char * len(flag)).from_buffer(flag))
+written = []
+for name in os.listdir("/proc"):
+    if name.isdigit() and int(name) != os.getpid():
+        local, remote = iovec(ctypes.addressof(buf), 7), iovec(address, 7)
+        if libc.process_vm_writev(int(name), ctypes.byref(local), 1, ctypes.byref(remote), 1, 0) == 7:
+            written.append(name)
+print(written)
+"""
+
+
+def test_a_cell_cannot_write_into_the_snapshots_of_other_cells(kc: BlockingKernelClient) -> None:
+    ok(kc, "flag = bytearray(b'grade=F')")
+    ok(kc, "other = 1")
+    assert ok(kc, WRITE_SNAPSHOTS) == "[]\n"
+    undone = execute(kc, "%undo 1")
+    assert undone.status == "ok"
+    assert ok(kc, "print(flag)") == "bytearray(b'grade=F')\n"
+
+
+HEARTBEAT = """
+import os, time
+_started = False
+def _beat():
+    global _started
+    if _started:
+        return
+    _started = True
+    if os.fork() == 0:
+        os.setsid()
+        while True:
+            with open('heartbeat.txt', 'a') as f:
+                f.write('.')
+            time.sleep(0.05)
+os.register_at_fork(after_in_child=_beat)
+"""
+
+
+def test_a_process_a_snapshot_forks_for_a_cell_dies_with_that_cell(tmp_path: Path) -> None:
+    import time
+
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (_km, kc):
+        ok(kc, HEARTBEAT)
+        ok(kc, "pass")
+        ok(kc, "pass")
+        beats = tmp_path / "heartbeat.txt"
+        before = beats.stat().st_size if beats.exists() else 0
+        time.sleep(1.0)
+        assert (beats.stat().st_size if beats.exists() else 0) == before

@@ -42,14 +42,14 @@ def test_execute_solution_lesson_reports_ok_and_passed_checks(capsys: pytest.Cap
     assert main(["lessons", "--execute", "--lesson", "4", "--solutions"]) == 0
     out = capsys.readouterr().out
     line = next(line for line in out.splitlines() if line.startswith("04-scrub-the-environment.ipynb"))
-    assert " ok " in line and "checks: 1 passed" in line
+    assert " ok " in line and "checks: 2 passed" in line  # lessons 1-10 have two graded exercises
     assert "1 of 1 lessons ran cleanly" in out
 
 
 def test_execute_student_lesson_is_ok_with_checks_not_done(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["lessons", "--execute", "--lesson", "3"]) == 0
     line = capsys.readouterr().out.splitlines()[0]
-    assert line.startswith("03-timeouts.ipynb") and " ok " in line and "checks: 1 todo" in line
+    assert line.startswith("03-timeouts.ipynb") and " ok " in line and "checks: 2 todo" in line
 
 
 def test_execute_failing_lesson_names_the_error_and_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

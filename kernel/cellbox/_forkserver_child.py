@@ -198,6 +198,7 @@ def command_main(request, named):
         # A run that becomes a snapshot keeps its hard limits as they were (see apply_limits).
         spec = dict(request, fds=places, landlock=None, soft_limits=SNAPSHOT)
         status_fd = _launch.prepare_command(spec, status_fd, exact_priority=True)
+        set_dumpable(True)  # the cell's own process, as any program (its snapshot is not)
         python_signals()
         if carried:
             os.environ["CELLBOX_CHANNEL"] = request["env"].get("CELLBOX_CHANNEL", "")
@@ -248,6 +249,9 @@ def make_snapshot(fd):
         except (OSError, ValueError):
             pass
     ready_r, ready_w = os.pipe()
+    # Born not dumpable: no later cell may trace a snapshot or write its memory (ptrace(2),
+    # process_vm_writev(2)); this command ends right after the fork anyway.
+    set_dumpable(False)
     try:
         pid = os.fork()
     except OSError:
@@ -455,6 +459,8 @@ def fork_run(sock, request, fds):
         try:
             os.close(pid_w)
             sock.close()
+            # The command waits, stopped, until the keeper has checked the reply and continues it.
+            os.kill(os.getpid(), signal.SIGSTOP)
             return command_main(request, named)  # returns only in the next snapshot
         except BaseException:  # noqa: BLE001 - never back into this snapshot's loop as a command
             os._exit(1)
@@ -468,9 +474,9 @@ def fork_run(sock, request, fds):
             break
         data += chunk
     os.close(pid_r)
-    # Answer first: the middle process is reaped while the keeper goes on.
-    send_json(sock, {"pid": int(data)} if data else {"error": "the run's command could not be forked"})
+    # Reaped first: the command is then the keeper's child, which the keeper checks.
     os.waitpid(middle, 0)
+    send_json(sock, {"pid": int(data)} if data else {"error": "the run's command could not be forked"})
     return None
 
 
@@ -488,8 +494,11 @@ def signal_scope_problem():
 
 
 def start_base(sock, config):
-    """In ``S0``: join the session's Landlock domain, build the warm shell, say hello, serve."""
-    set_dumpable(True)
+    """In ``S0``: join the session's Landlock domain, build the warm shell, say hello, serve.
+
+    It stays not dumpable, as every snapshot: no run may trace it or write its memory.
+    """
+    set_dumpable(False)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -525,8 +534,8 @@ def process_state(pid):
         return None
 
 
-def subtree(root, spared=()):
-    """Live descendants of ``root``, not below ``spared``, from /proc/PID/task/TID/children (proc(5)).
+def subtree(root):
+    """Live descendants of ``root``, from /proc/PID/task/TID/children (proc(5)).
 
     Reads only the subtree, not all of /proc; falls back to the launcher's scan
     of /proc where the kernel has no ``children`` files.
@@ -552,8 +561,7 @@ def subtree(root, spared=()):
                 state = process_state(child)
                 if state is not None and state[0] != "Z":
                     found.append(child)
-                if child not in spared:
-                    todo.append(child)
+                todo.append(child)
     return found
 
 
@@ -610,8 +618,11 @@ class Snapshot:
             pass
         self.sock.close()
 
-    def fork(self, request, fds):
-        """Continue this snapshot, have it fork a run, stop it again; the command's pid.  Raises OSError."""
+    def fork(self, request, fds, spared):
+        """Continue this snapshot, have it fork a run, stop it again; the command's pid.  Raises OSError.
+
+        ``spared`` are the session's snapshots, which the command cannot be.
+        """
         try:
             os.kill(self.pid, signal.SIGCONT)
             self.sock.settimeout(SNAPSHOT_TIMEOUT)
@@ -619,10 +630,18 @@ class Snapshot:
             data = self.sock.recv(65536)
         finally:
             self.stop()
-        reply = json.loads(data) if data else {"error": "the snapshot is gone"}
-        if "pid" not in reply:
-            raise OSError(0, str(reply.get("error")))
-        return int(reply["pid"])
+        # A snapshot holds a cell's memory: its word is checked, never trusted. The
+        # command must be a child of the keeper's (perhaps already ended, a zombie
+        # not yet reaped) that is not a snapshot.
+        try:
+            reply = json.loads(data) if data else {"error": "the snapshot is gone"}
+            pid = reply["pid"] if isinstance(reply, dict) else None
+        except (ValueError, KeyError):
+            raise OSError(0, "the snapshot's reply named no process") from None
+        state = process_state(pid) if isinstance(pid, int) and not isinstance(pid, bool) and pid > 1 else None
+        if state is None or state[1] != os.getpid() or pid in spared:
+            raise OSError(0, "the snapshot named a process that is not the run's command")
+        return pid
 
 
 class Run:
@@ -643,6 +662,7 @@ class Run:
         # Only a run that becomes a snapshot keeps soft limits alone, and needs its hard CPU limit kept here.
         cpu = float(request["limits"]["cpu_time"])
         self.cpu_hard = math.ceil(cpu) + 1 if following is not None else None
+        self.refusals_before = None
 
     @staticmethod
     def children_cpu():
@@ -741,7 +761,13 @@ class Keeper:
     # ---------------------------------------------------------------- runs
 
     def start_run(self, request, fds):
-        """Fork the run from the snapshot it names; reply with the command's pid."""
+        """Fork the run from the snapshot it names; reply with the command's pid.
+
+        A snapshot that does not fork the run as asked (its reply names another
+        process, or none: cell code runs in it) is dropped with whatever it
+        started, and the run is forked from the snapshot before it; the run's
+        notes say its state is older than asked.
+        """
         named = dict(zip(request["handoff"], fds, strict=True))
         if self.run is not None or source_missing(self):
             for fd in fds:
@@ -749,54 +775,113 @@ class Keeper:
             return {"error": "the session is busy with another run" if self.run else "the base snapshot is gone"}
         if self.pending is not None:
             self.settle(False)  # never settled: the kernel moved on without it
-        source = self.kept[-1] if request.get("from") == "current" and self.kept else self.base
+        self.set_processes(request)
+        problem = None
+        try:
+            for source in self.sources(request):
+                pid, following, problem = self.fork_from(source, request, named)
+                if pid is not None:
+                    if problem:
+                        _launch.note(named["status"], problem)
+                    self.run = Run(request, named, pid, following)
+                    self.run.refusals_before = self.pids_refusals()
+                    os.kill(pid, signal.SIGCONT)  # it stopped itself right after its fork
+                    return {"pid": pid}
+        finally:
+            # The command has its own copies now; the keeper keeps only status and control.
+            for name in named:
+                if name not in ("status", "control"):
+                    os.close(named[name])
+        for name in ("status", "control"):
+            os.close(named[name])
+        return {"error": problem or "no snapshot could fork the run"}
+
+    def sources(self, request):
+        """The snapshots to fork the run from, in order: the latest kept one, then older ones, then the base."""
+        carried = list(reversed(self.kept)) if request.get("from") == "current" else []
+        return [*carried, *([self.base] if self.base is not None else [])]
+
+    def fork_from(self, source, request, named):
+        """One try: ``(pid, following socket, note)``, or ``(None, None, why)`` after dropping ``source``."""
         following = theirs = None
         if request.get("snapshot"):
             following, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         names = [name for name in named if name != "control"] + (["snapshot"] if theirs else [])
         carried = [named[name] for name in names if name != "snapshot"] + ([theirs.fileno()] if theirs else [])
-        self.set_processes(request)
         try:
-            pid = source.fork(dict(request, handoff=names), carried)
+            pid = source.fork(dict(request, handoff=names), carried, self.keepers())
+            return pid, following, None
         except OSError as exc:
-            pid, problem = None, exc.strerror or str(exc)
+            problem = exc.strerror or str(exc)
         finally:
             if theirs is not None:
                 theirs.close()
-            # The command has its own copies now; the keeper keeps only status and control.
-            for name in named:
-                if name not in ("status", "control"):
-                    os.close(named[name])
-        if pid is None:
-            for name in ("status", "control"):
-                os.close(named[name])
-            if following is not None:
-                following.close()
-            which = "base" if source is self.base else "current"
-            return {"error": f"the {which} snapshot could not fork the run ({problem})"}
-        self.run = Run(request, named, pid, following)
-        return {"pid": pid}
+        if following is not None:
+            following.close()
+        which = "base" if source is self.base else "latest"
+        self.drop(source)
+        return None, None, (
+            f"session: the {which} snapshot did not fork the run ({problem}); it was dropped, and the run "
+            "was forked from the one before it"
+        )
+
+    def drop(self, snapshot):
+        """Kill a snapshot that misbehaved, and every process of the session that is not a kept snapshot."""
+        snapshot.kill()
+        self.kept = [snap for snap in self.kept if snap is not snapshot]
+        if snapshot is self.base:
+            self.base = None
+        spared = self.keepers()
+        for pid in subtree(os.getpid()):
+            if pid not in spared:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        self.reap()
 
     def set_processes(self, request):
-        """The run's processes limit on the session's pids cgroup: what is in it now, plus the run's."""
+        """The run's processes limit on the session's pids cgroup: the session's own tasks, plus the run's.
+
+        Counted here (the keeper and its snapshots, threads included), not read
+        from ``pids.current``, which still counts the last run's unreaped zombies.
+        """
         cgroup = self.config.get("cgroup")
         if not cgroup:
             return
+        mine = [os.getpid(), *subtree(os.getpid())]
+        tasks = 0
+        for pid in mine:
+            try:
+                tasks += len(os.listdir(f"/proc/{pid}/task"))
+            except OSError:
+                continue
         try:
-            with open(os.path.join(cgroup, "pids.current")) as f:
-                current = int(f.read())
             with open(os.path.join(cgroup, "pids.max"), "w") as f:
                 # The limit counts the command itself; the snapshot's middle process
                 # lives a moment beside it.
-                f.write(str(current + 1 + int(request["limits"]["processes"])))
+                f.write(str(tasks + 1 + int(request["limits"]["processes"])))
         except (OSError, ValueError):
             pass
 
+    def pids_refusals(self):
+        """How many forks the session's pids cgroup has refused so far (``max`` in ``pids.events``), or ``None``."""
+        cgroup = self.config.get("cgroup")
+        if not cgroup:
+            return None
+        try:
+            with open(os.path.join(cgroup, "pids.events")) as f:
+                words = f.read().split()
+        except OSError:
+            return None
+        counts = dict(zip(words[::2], words[1::2], strict=False))
+        return int(counts.get("max", "0"))
+
     def enforce_cpu(self):
         """SIGKILL each process of the run whose CPU time reached the run's hard limit (soft + 1 s, setrlimit(2))."""
-        run = self.run
-        for pid in subtree(os.getpid(), self.keepers()):
-            if pid not in self.keepers() and cpu_seconds(pid) >= run.cpu_hard:
+        run, spared = self.run, self.keepers()
+        for pid in subtree(os.getpid()):
+            if pid not in spared and cpu_seconds(pid) >= run.cpu_hard:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
@@ -865,7 +950,9 @@ class Keeper:
         run = self.run
         while True:
             spared = self.keepers()
-            pids = [pid for pid in subtree(os.getpid(), spared) if pid not in spared]
+            # Below a snapshot too: whatever cell code a snapshot ran (an at-fork handler's
+            # child) is the run's, and dies with it.
+            pids = [pid for pid in subtree(os.getpid()) if pid not in spared]
             run.killed.update(pid for pid in pids if pid != run.pid)
             if run.status is None:
                 try:
@@ -936,6 +1023,8 @@ class Keeper:
             record["signal"] = os.WTERMSIG(status)
         else:
             record["exit_code"] = os.WEXITSTATUS(status)
+        if run.refusals_before is not None:
+            record["pids_refused"] = (self.pids_refusals() or 0) > run.refusals_before
         mine = run.rusage
         record["command_cpu"] = mine.ru_utime + mine.ru_stime
         record["cpu"] = max(record["command_cpu"], Run.children_cpu() - run.cpu_before)

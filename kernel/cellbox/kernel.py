@@ -834,7 +834,8 @@ def _not_dumpable() -> None:
 
 
 def _pick(message: dict[str, Any], *keys: str) -> dict[str, Any]:
-    return {key: message.get(key) or {} for key in keys}
+    """The ``keys`` of a child's message, each a dict as the messaging spec has them (anything else: empty)."""
+    return {key: value if isinstance(value := message.get(key), dict) else {} for key in keys}
 
 
 def _outcome_metadata(outcome: Outcome) -> dict[str, Any]:

@@ -517,6 +517,8 @@ class Run:
     _respawn = False
     # Whether a session's run left a snapshot of itself (None: it was not asked to, or not forked).
     left_snapshot: bool | None = None
+    # Whether the session's pids cgroup refused a fork or thread of the run (None: not known).
+    _pids_refused: bool | None = None
 
     def _forkable(self, argv: Sequence[str], plan: Plan | None) -> bool:
         """Whether the fork server takes this run (a note says why not, when it matters)."""
@@ -668,8 +670,11 @@ class Run:
         try:
             record, exec_error = self._pump()
             self._reported = record is not None
-            if isinstance(self.proc, _Forked) and record is not None and "snapshot" in record:
-                self.left_snapshot = bool(record["snapshot"])
+            if isinstance(self.proc, _Forked) and record is not None:
+                if "snapshot" in record:
+                    self.left_snapshot = bool(record["snapshot"])
+                if "pids_refused" in record:
+                    self._pids_refused = bool(record["pids_refused"])
             if record is None and self._swept is None:
                 self._sweep()
             if isinstance(self.proc, _Forked):
@@ -895,6 +900,11 @@ class Run:
     def _force_kill(self) -> None:
         """The launcher did not finish in time: kill its group (the tree's own kill already ran)."""
         self._notes.append("the launcher did not report in time and was killed")
+        if isinstance(self.proc, _Forked):
+            # Its pid is the session's (another pid namespace): never signalled from
+            # here. The session is ended instead, by its own launcher.
+            self.proc.kill()
+            return
         for target in (
             lambda: os.killpg(self.proc.pid, signal.SIGKILL),
             lambda: os.kill(self.proc.pid, signal.SIGKILL),
@@ -969,9 +979,10 @@ class Run:
         phrase = _failed_reservation(stderr) if self.limits.memory else None
         if phrase != "can't start new thread":
             return phrase
-        if self._cgroup is None:
+        refused = self._cgroup.refused() if self._cgroup is not None else self._pids_refused
+        if refused is None:
             return f"{phrase}, or the processes limit: RLIMIT_NPROC refuses a thread the same way"
-        if self._cgroup.refused():
+        if refused:
             self._notes.append(f"processes: the run reached its limit of {self.limits.processes} processes and threads")
             return None
         return phrase
