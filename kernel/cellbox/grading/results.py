@@ -38,7 +38,9 @@ class SubmissionResult:
         tests: one :class:`TestResult` per collected instructor test.
         running: the test that was running when the run ended, if any.
         install: the install's Outcome as JSON (``None`` when nothing was installed).
-        run: the test run's Outcome as JSON (``None`` when it never started).
+        run: the trusted test process's Outcome as JSON (``None`` when it never started).
+        submission_runs: the Outcome (JSON) of each process the submission's
+            code ran in: one, plus one more after each timeout or crash.
         duration: seconds spent grading this submission, all steps.
     """
 
@@ -51,6 +53,7 @@ class SubmissionResult:
     running: str | None = None
     install: dict[str, Any] | None = None
     run: dict[str, Any] | None = None
+    submission_runs: list[dict[str, Any] | None] = dataclasses.field(default_factory=list)
     duration: float = 0.0
 
     def count(self, outcome: str) -> int:
@@ -109,6 +112,7 @@ class SubmissionResult:
             "tests": [test.to_json() for test in self.tests],
             "install": cut_outcome(self.install),
             "run": cut_outcome(self.run),
+            "submission_runs": [cut_outcome(run) for run in self.submission_runs],
         }
 
     @classmethod
@@ -128,5 +132,6 @@ class SubmissionResult:
             running=data.get("running"),
             install=data.get("install"),
             run=data.get("run"),
+            submission_runs=list(data.get("submission_runs") or []),
             duration=float(data.get("duration", 0.0)),
         )
