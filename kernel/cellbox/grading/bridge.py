@@ -786,6 +786,11 @@ class SubmissionFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__all__ = [n for n in names if type(n) is str] if type(names) is list else []  # type: ignore[attr-defined]
         if info.get("package") is True:
             module.__path__ = []  # type: ignore[attr-defined]
+        real = info.get("name")
+        if type(real) is str and real != name and real.partition(".")[0] in self.offered:
+            # An alias (a notebook's `submission`): the import gives the stand-in of the module it names,
+            # as Python gives whatever the module put in sys.modules.
+            sys.modules[name] = importlib.import_module(real)
 
 
 def _import_error(raised: BaseException, info: dict[str, Any], name: str) -> SubmissionImportError:
