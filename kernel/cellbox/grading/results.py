@@ -69,9 +69,18 @@ class SubmissionResult:
         return self.count("failed")
 
     @property
+    def verdict_entry(self) -> bool:
+        """Whether the reports carry one ``grading.verdict`` entry for this row (an error in every count).
+
+        A run that is ``unverified`` or ``timed_out``, or has no test, gets
+        it, so that no report shows such a row as all passed.
+        """
+        return self.verdict in (Verdict.UNVERIFIED, Verdict.TIMED_OUT) or not self.tests
+
+    @property
     def errors(self) -> int:
-        """Tests that errored in setup or teardown, or never finished."""
-        return len(self.tests) - self.passed - self.failed - self.skipped
+        """Tests that errored in setup or teardown or never finished, plus the verdict entry (:attr:`verdict_entry`)."""
+        return len(self.tests) - self.passed - self.failed - self.skipped + self.verdict_entry
 
     @property
     def skipped(self) -> int:
@@ -79,7 +88,8 @@ class SubmissionResult:
 
     @property
     def total(self) -> int:
-        return len(self.tests)
+        """The instructor tests collected, plus the verdict entry (:attr:`verdict_entry`)."""
+        return len(self.tests) + self.verdict_entry
 
     @property
     def score(self) -> float:
@@ -88,9 +98,9 @@ class SubmissionResult:
         A run without complete evidence (``unverified``, ``timed_out``) earns
         nothing: its passes cannot be trusted.
         """
-        if self.verdict not in (Verdict.VERIFIED, Verdict.FAILED) or not self.total:
+        if self.verdict not in (Verdict.VERIFIED, Verdict.FAILED) or not self.tests:
             return 0.0
-        return round(100.0 * self.passed / self.total, 2)
+        return round(100.0 * self.passed / len(self.tests), 2)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict: the fields, the counts and the score."""
