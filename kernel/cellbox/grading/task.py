@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from ..environment import TaskDirectory
+from ..forkserver import ForkServer
 from ..isolation import Isolation, make_plan, probe
 from ..limits import Limits
 from ..outcome import Outcome, Status
@@ -90,6 +91,9 @@ _IGNORED_DIRS = ("__pycache__", ".pytest_cache", ".git")
 TRUSTED_MEMORY = 2 * 1024**3
 # Limits of the collection of the instructor tests (once per grading run, no submission).
 COLLECT_LIMITS = Limits(wall_time=120, cpu_time=120, memory=None)
+# What the trusted test processes' fork server imports (not the reporter: it reads its nonce at import).
+TRUSTED_PRELOAD = ("pytest", "_pytest.config", "_pytest.python", "_pytest.unittest", "execnet",
+                   "cellbox.grading.bridge", "cellbox.grading.trusted")
 PYTEST_OPTIONS = ["-p", "no:cacheprovider", "-p", "cellbox.grading.reporter", "--color=no", "--code-highlight=no",
                   "--tb=short", "-q"]
 
@@ -99,8 +103,14 @@ class SuiteError(ValueError):
 
 
 def _trusted_argv(config: Path, tests: Path, ini: Path, collect: bool = False) -> list[str]:
-    """The command of the trusted test process (:mod:`cellbox.grading.trusted`), with the grader's Python."""
-    return [sys.executable, "-I", "-B", "-u", "-m", "cellbox.grading.trusted", *(["--collect"] if collect else []),
+    """The command of the trusted test process (:mod:`cellbox.grading.trusted`), with the grader's Python.
+
+    ``python -m`` without flags, so that a fork server may run it: the
+    sandbox's environment has no ``PYTHONPATH`` and sets
+    ``PYTHONDONTWRITEBYTECODE`` and ``PYTHONUNBUFFERED``; its home is a new
+    task directory (no user site-packages).
+    """
+    return [sys.executable, "-m", "cellbox.grading.trusted", *(["--collect"] if collect else []),
             str(config), "--", "-c", str(ini), f"--rootdir={tests}", f"--confcutdir={tests}", *PYTEST_OPTIONS,
             *(["--collect-only"] if collect else []), str(tests)]
 
@@ -344,9 +354,14 @@ class StopSwitch:
     Thread-safe: :meth:`run` is called from the grading threads, :meth:`stop`
     from the thread that caught the interrupt.  A run started after
     :meth:`stop` is killed as soon as it starts.
+
+    Args:
+        forkserver: a warm server the trusted test processes of this grading
+            run are forked from (:func:`trusted_forkserver`), or ``None`` to spawn them.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, forkserver: ForkServer | None = None) -> None:
+        self.forkserver = forkserver
         self._lock = threading.Lock()
         self._runs: set[Run] = set()
         self.stopped = False
@@ -417,6 +432,16 @@ class _Workspace:
         shutil.rmtree(self.grader, ignore_errors=True)
 
 
+def trusted_forkserver() -> ForkServer:
+    """A started fork server for the trusted test processes of one grading run (pytest and the bridge imported).
+
+    Saves each submission the imports of pytest, the bridge and execnet (a
+    few hundred milliseconds of CPU).  Nothing of a submission ever runs in it
+    or in what it forks.  Close it when the grading run ends.
+    """
+    return ForkServer(preload=list(TRUSTED_PRELOAD), warm=None).start()
+
+
 def trusted_limits(limits: Limits) -> Limits:
     """The limits of the trusted test process: the run's wall time; CPU and memory enough for pytest and the copies.
 
@@ -469,6 +494,7 @@ def _run_tests(
         channel=True,
         on_message=recorder.feed,
         isolation=Isolation(mode="none"),
+        forkserver=space.switch.forkserver,
     )
     recorder.check_files(before, _instructor_digests(space.grader))
     return recorder, outcome
