@@ -74,6 +74,8 @@ __all__ = [
     "ProtocolError",
     "new",
     "value_of",
+    "submission_module",
+    "submission_tmp_path",
     "offered_modules",
     "WORKER_BOOT",
     "MESSAGE_MAX",
@@ -832,6 +834,39 @@ def install(bridge: Bridge, offered: list[str], tests: str) -> SubmissionFinder:
     return finder
 
 
+def _bridge() -> Bridge:
+    if _BRIDGE is None:
+        raise RuntimeError("this helper of cellbox.grading.bridge works only inside cellbox grade")
+    return _BRIDGE
+
+
+def submission_module(name: str) -> StandInModule:
+    """A module as the submission's process has it (``os``, ``subprocess``...), for checks in its world.
+
+    ``submission_module("os").path.exists(path)`` runs there: what the
+    submission wrote, the processes it started and its environment are seen
+    as it sees them.  Its code could have changed that module, so a check made
+    this way is only as honest as the submission.
+
+    Raises:
+        RuntimeError: not in a grading run.
+        ModuleNotFoundError: no such module there.
+    """
+    bridge = _bridge()
+    module = StandInModule(name)
+    module.__dict__["__cellbox_bridge__"] = bridge
+    status, payload = bridge.ask("import", (name,), f"the import of {name}")
+    if status == "missing":
+        raise ModuleNotFoundError(f"No module named {name!r} in the submission's process", name=name)
+    bridge.value(status, payload, f"the import of {name}")
+    return module
+
+
+def submission_tmp_path() -> str:
+    """A new, empty folder in the submission's temporary folder (its path there), for files it reads or writes."""
+    return str(submission_module("tempfile").mkdtemp(prefix="test-"))
+
+
 def new(value: Any) -> RemoteObject:
     """A copy of ``value`` made in the submission's process, for a test that checks what a function does to it.
 
@@ -840,9 +875,7 @@ def new(value: Any) -> RemoteObject:
     Raises:
         RuntimeError: not in a grading run.
     """
-    if _BRIDGE is None:
-        raise RuntimeError("cellbox.grading.bridge.new works only inside cellbox grade")
-    bridge = _BRIDGE
+    bridge = _bridge()
     status, payload = bridge.ask("new", (bridge.encode(value),), "new()")
     made = bridge.value(status, payload, "new()")
     if not isinstance(made, RemoteObject):
