@@ -15,7 +15,7 @@ from typing import Any
 
 from ..verdict import Evidence
 
-__all__ = ["EvidenceRecorder", "TestResult", "base_nodeid", "PROBLEMS_KEPT"]
+__all__ = ["EvidenceRecorder", "TestResult", "PROBLEMS_KEPT"]
 
 PROBLEMS_KEPT = 20
 RUNS_KEPT = 50  # submission processes reported per run (one, plus one per restart)
@@ -47,11 +47,6 @@ class TestResult:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TestResult:
         return cls(**{field.name: data[field.name] for field in dataclasses.fields(cls) if field.name in data})
-
-
-def base_nodeid(nodeid: str) -> str:
-    """A node id without its parameters: ``test_a.py::test_x[1-2]`` -> ``test_a.py::test_x``."""
-    return nodeid.split("[", 1)[0]
 
 
 def _final_outcome(phases: dict[str, dict[str, Any]]) -> str:

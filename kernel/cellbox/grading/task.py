@@ -89,6 +89,7 @@ TEST_PATTERNS = ("test_*.py", "*_test.py")
 _IGNORED_DIRS = ("__pycache__", ".pytest_cache", ".git")
 # Memory of the trusted test process at least (it holds copies of what the submission returns).
 TRUSTED_MEMORY = 2 * 1024**3
+TRUSTED_PROCESSES = 4096  # processes limit of the trusted test process (see trusted_limits)
 # Limits of the collection of the instructor tests (once per grading run, no submission).
 COLLECT_LIMITS = Limits(wall_time=120, cpu_time=120, memory=None)
 # What the trusted test processes' fork server imports (not the reporter: it reads its nonce at import).
@@ -393,9 +394,10 @@ class StopSwitch:
 class _Workspace:
     """One submission's directories: the task directory (the child's) and the grader's, beside it.
 
-    The grader's directory (pytest, the reporter, the tests, the ini) is not
-    inside the task directory, which the child may write everywhere; under
-    isolation it is shown to the test run read-only (bubblewrap bind, Landlock).
+    The grader's directory (the copy of the tests, the ini, the trusted
+    process's config) is not inside the task directory, which the
+    submission's processes may write everywhere; with the ``fs`` isolation
+    layer they do not see it at all.
     """
 
     task: TaskDirectory
@@ -443,13 +445,17 @@ def trusted_forkserver() -> ForkServer:
 
 
 def trusted_limits(limits: Limits) -> Limits:
-    """The limits of the trusted test process: the run's wall time; CPU and memory enough for pytest and the copies.
+    """The limits of the trusted test process: the run's wall time; CPU, memory and processes to spare.
 
     Its CPU is pytest's, not the submission's (each submission process has the
     grading limits of its own), so it gets the whole wall time.
     """
     memory = None if limits.memory is None else max(limits.memory, TRUSTED_MEMORY)
-    return limits.replace(cpu_time=max(limits.cpu_time, limits.wall_time), memory=memory)
+    # Its processes limit must stay above what it starts the submission's process with: without a pids cgroup
+    # (not root) that limit is RLIMIT_NPROC, counted on top of the user's processes at each start, and a
+    # child cannot raise the hard limit it inherited.
+    return limits.replace(cpu_time=max(limits.cpu_time, limits.wall_time), memory=memory,
+                          processes=max(limits.processes, TRUSTED_PROCESSES))
 
 
 def _run_config(space: _Workspace, layout: Layout, python: Path, lib: Path, settings: GradeSettings) -> Path:
