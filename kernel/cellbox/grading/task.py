@@ -51,7 +51,7 @@ from ..limits import Limits
 from ..outcome import Outcome, Status
 from ..sandbox import Run, resolve_user, start
 from ..verdict import Verdict, judge
-from .bridge import ProcessSpec, offered_modules
+from .connection import ProcessSpec, offered_modules
 from .evidence import EvidenceRecorder
 from .results import SubmissionResult
 from .submissions import Layout, Submission, SubmissionError, lay_out

@@ -8,7 +8,7 @@ standard library).  The process is started as::
 
     python -I -B -u -c BOOT LIB ROOT      (fd 3: a socket to the trusted process)
 
-``BOOT`` (:data:`cellbox.grading.venvs.WORKER_BOOT`) puts ``LIB`` first on
+``BOOT`` (:data:`cellbox.grading.connection.WORKER_BOOT`) puts ``LIB`` first on
 ``sys.path`` and the submission's folder ``ROOT`` after the standard library,
 so a student's ``json.py`` or ``random.py`` never replaces a module this
 worker or the standard library needs.  Then :func:`main` serves an execnet
