@@ -89,7 +89,8 @@ TEST_PATTERNS = ("test_*.py", "*_test.py")
 _IGNORED_DIRS = ("__pycache__", ".pytest_cache", ".git")
 # Memory of the trusted test process at least (it holds copies of what the submission returns).
 TRUSTED_MEMORY = 2 * 1024**3
-TRUSTED_PROCESSES = 4096  # processes limit of the trusted test process (see trusted_limits)
+TRUSTED_PROCESSES = 512  # processes the trusted test process may have beyond the submission's (see trusted_limits)
+FORKED_PROCESSES_MAX = 2048  # above this processes limit, trusted test processes are spawned, not forked
 # Limits of the collection of the instructor tests (once per grading run, no submission).
 COLLECT_LIMITS = Limits(wall_time=120, cpu_time=120, memory=None)
 # What the trusted test processes' fork server imports (not the reporter: it reads its nonce at import).
@@ -454,8 +455,9 @@ def trusted_limits(limits: Limits) -> Limits:
     # Its processes limit must stay above what it starts the submission's process with: without a pids cgroup
     # (not root) that limit is RLIMIT_NPROC, counted on top of the user's processes at each start, and a
     # child cannot raise the hard limit it inherited.
+    # Likewise it stays below the fork server's own (4096, see cellbox.forkserver), when it is forked from one.
     return limits.replace(cpu_time=max(limits.cpu_time, limits.wall_time), memory=memory,
-                          processes=max(limits.processes, TRUSTED_PROCESSES))
+                          processes=limits.processes + TRUSTED_PROCESSES)
 
 
 def _run_config(space: _Workspace, layout: Layout, python: Path, lib: Path, settings: GradeSettings) -> Path:
@@ -491,16 +493,18 @@ def _run_tests(
     recorder = EvidenceRecorder(nonce, suite.expected)
     # Its own task directory (not the submission's), as the grader's user, no namespaces: it starts the
     # submission's sandbox itself, and never runs the submission's code.
+    limits = trusted_limits(settings.limits)
+    forkserver = space.switch.forkserver if limits.processes <= FORKED_PROCESSES_MAX else None
     outcome = space.switch.run(
         _trusted_argv(config, tests, space.grader / "pytest.ini"),
-        limits=trusted_limits(settings.limits),
+        limits=limits,
         cwd=tests,
         env=_trusted_env(),
         stdin=nonce + "\n",
         channel=True,
         on_message=recorder.feed,
         isolation=Isolation(mode="none"),
-        forkserver=space.switch.forkserver,
+        forkserver=forkserver,
     )
     recorder.check_files(before, _instructor_digests(space.grader))
     return recorder, outcome
