@@ -6,8 +6,9 @@ below, run by ``cellbox grade``'s own machinery against a real submission, and
 each must pass: exceptions (built-in and the student's own), ``isinstance``
 with the student's classes, identity, in-place changes (``new``/``value_of``),
 printing, iteration, module state, and what never crosses.  Also: a
-``timeout`` marker ends one call and the other tests still count; pytest
-collects ``unittest.TestCase`` classes and ignores fixtures named ``test_*``.
+``timeout`` marker (or the default ``--test-timeout``) ends one call and the
+other tests still count; pytest collects ``unittest.TestCase`` classes and
+ignores fixtures named ``test_*``.
 """
 
 from __future__ import annotations
@@ -256,11 +257,12 @@ def base() -> Iterator[BaseLibrary]:
         yield library
 
 
-def grade(tmp_path: Path, tests: dict[str, str], files: dict[str, str], base: BaseLibrary) -> SubmissionResult:
+def grade(tmp_path: Path, tests: dict[str, str], files: dict[str, str], base: BaseLibrary,
+          test_timeout: float | None = None) -> SubmissionResult:
     suite = Suite.find(write_tree(tmp_path / "tests", tests))
     folder = write_tree(tmp_path / "subs" / "alice", files)
     (tmp_path / "tasks").mkdir()
-    settings = GradeSettings(limits=LIMITS, task_root=str(tmp_path / "tasks"))
+    settings = GradeSettings(limits=LIMITS, task_root=str(tmp_path / "tasks"), test_timeout=test_timeout)
     result = grade_safely(Submission(id="alice", path=str(folder), kind="folder"), suite, settings, base)
     assert list((tmp_path / "tasks").iterdir()) == []
     return result
@@ -285,6 +287,15 @@ def test_timeout_marker_fails_one_test_and_the_others_count(tmp_path: Path, base
     assert 2 <= spins.duration < 10
     # The spinning process was killed; a new one ran the last test.
     assert len(result.submission_runs) == 2
+
+
+def test_default_test_timeout_applies_to_tests_without_a_marker(tmp_path: Path, base: BaseLibrary) -> None:
+    unmarked = "\n".join(line for line in TIMEOUT_TESTS["test_timeout.py"].splitlines() if "mark.timeout" not in line)
+    tests = {"test_plain.py": unmarked}
+    result = grade(tmp_path, tests, {"mean.py": SPINNING_MEAN}, base, test_timeout=1.5)
+    assert (result.verdict, result.passed, result.failed) == (Verdict.FAILED, 2, 1), result.reason
+    [spins] = [test for test in result.tests if test.outcome == "failed"]
+    assert "timed out after 1.5 s in mean.spin(...)" in spins.message
 
 
 def test_pytest_collects_unittest_classes_and_ignores_fixtures_named_test(tmp_path: Path, base: BaseLibrary) -> None:
