@@ -127,6 +127,13 @@ def recursive():
 
 def lookup(key):
     return {"a": 1}[key]
+
+
+def factorial(n):
+    result = 1
+    for k in range(2, n + 1):
+        result *= k
+    return result
 '''
 
 BOUNDARY_TESTS = {
@@ -213,6 +220,12 @@ BOUNDARY_TESTS = {
             assert items[0] == 1 and isinstance(items[1], RemoteObject)
 
 
+        def test_a_large_int_crosses_whole():
+            import math
+
+            assert shapes.factorial(2000) == math.factorial(2000)  # 5736 digits
+
+
         def test_a_function_of_the_tests_cannot_be_given_to_the_submission():
             with pytest.raises(TypeError, match="cannot be given to the submission"):
                 shapes.same(lambda: 1)
@@ -273,7 +286,7 @@ def test_every_promise_of_the_boundary_holds_in_a_real_run(tmp_path: Path, base:
     failing = {test.nodeid: test.message for test in result.tests if test.outcome != "passed"}
     assert failing == {}
     assert result.verdict is Verdict.VERIFIED, result.reason
-    assert result.total == 13
+    assert result.total == 14
 
 
 def test_timeout_marker_fails_one_test_and_the_others_count(tmp_path: Path, base: BaseLibrary) -> None:

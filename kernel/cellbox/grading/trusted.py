@@ -30,6 +30,7 @@ from typing import Any
 
 __all__ = ["main", "TimeoutPlugin", "Placeholder", "placeholder_finder", "timeout_of"]
 
+INT_DIGITS = 300_000  # digits of an int the submission may send (about 0.4 s to convert; Python's default is 4300)
 TIMEOUT_MARKER = (
     "timeout(seconds): fail the test when its calls into the submission take more than this many seconds in all "
     "(cellbox grade: the submission's process is killed and started again for the next test)"
@@ -131,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["--"]:
         args.pop(0)
     plugins: list[Any] = []
+    # execnet sends a large int as its digits: let an honest factorial(2000) through, keep the conversion short.
+    sys.set_int_max_str_digits(INT_DIGITS)
     if collect:
         sys.meta_path.append(placeholder_finder(config["tests"]))
     else:

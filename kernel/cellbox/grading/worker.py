@@ -374,5 +374,6 @@ def main(fd: int, root: str) -> None:
     builtins.get_ipython = get_ipython  # type: ignore[attr-defined]
     WORKER = Worker(root, os.path.dirname(os.path.abspath(__file__)))
     sys.argv = ["submission"]
+    sys.set_int_max_str_digits(0)  # execnet writes a large int as its digits; the trusted side sets its own limit
     execmodel = gateway_base.get_execmodel("thread")
     gateway_base.serve(_SocketIO(socket.socket(fileno=fd), execmodel), id="submission")
