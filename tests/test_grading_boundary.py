@@ -129,6 +129,10 @@ def lookup(key):
     return {"a": 1}[key]
 
 
+def surrogate():
+    return "caf\\udce9"
+
+
 def factorial(n):
     result = 1
     for k in range(2, n + 1):
@@ -226,6 +230,14 @@ BOUNDARY_TESTS = {
             assert shapes.factorial(2000) == math.factorial(2000)  # 5736 digits
 
 
+        def test_a_value_that_cannot_be_sent_fails_that_call_only():
+            from cellbox.grading.bridge import ProtocolError
+
+            with pytest.raises(ProtocolError, match="could not be sent"):
+                shapes.surrogate()
+            assert shapes.parse("3") == 3
+
+
         def test_a_function_of_the_tests_cannot_be_given_to_the_submission():
             with pytest.raises(TypeError, match="cannot be given to the submission"):
                 shapes.same(lambda: 1)
@@ -286,7 +298,7 @@ def test_every_promise_of_the_boundary_holds_in_a_real_run(tmp_path: Path, base:
     failing = {test.nodeid: test.message for test in result.tests if test.outcome != "passed"}
     assert failing == {}
     assert result.verdict is Verdict.VERIFIED, result.reason
-    assert result.total == 14
+    assert result.total == 15
 
 
 def test_timeout_marker_fails_one_test_and_the_others_count(tmp_path: Path, base: BaseLibrary) -> None:

@@ -360,7 +360,11 @@ class Worker:
     def serve(self, channel: Any) -> None:
         """Answer requests on ``channel`` until it closes (called by the trusted side's ``remote_exec``)."""
         for request in channel:
-            channel.send(self.handle(request))
+            answer = self.handle(request)
+            try:
+                channel.send(answer)
+            except Exception as exc:  # noqa: BLE001 - a value execnet cannot write (a lone surrogate in a str)
+                channel.send(("error", f"the answer could not be sent: {type(exc).__name__}: {exc}"[:500], "", ""))
 
 
 def main(fd: int, root: str) -> None:
