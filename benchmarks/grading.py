@@ -12,12 +12,17 @@ five-test instructor suite, then grades them three ways, each with two at once
 * **(b) naive venv**: per submission ``python -m venv``, ``pip install pytest``
   (from pip's cache after the first one, or the index), then ``pytest``.
 
+Then one small call across the grading boundary: ``adder.add(1, 2)`` from
+this process through a stand-in (:mod:`cellbox.grading.bridge`) into a
+sandboxed submission process (isolation ``auto``), ``--calls`` times; prints
+the median and the 90th percentile in milliseconds.
+
 The submissions are split into chunks (default 5) and the three ways take
 turns chunk by chunk, so that a busy moment on the machine hits all three
 alike.  Prints, for each, the median seconds per submission, the summed wall
 time, and ratios.  Run it with::
 
-    /work/venv/bin/python benchmarks/grading.py [--submissions 50] [--naive 50]
+    .venv/bin/python benchmarks/grading.py [--submissions 50] [--naive 50] [--calls 2000]
 
 ``--naive`` grades only that many submissions the naive way (it is slow);
 its per-submission median is still comparable.
@@ -139,11 +144,50 @@ def cellbox_grade(tests: Path, subs: Path, out: Path) -> tuple[list[float], floa
     return [row["duration"] for row in rows], total
 
 
+def call_latency(calls: int, scratch: Path) -> list[float]:
+    """Seconds of each of ``calls`` calls of ``adder.add(1, 2)`` into a sandboxed submission process."""
+    from cellbox.environment import TaskDirectory
+    from cellbox.grading import bridge as boundary
+    from cellbox.grading.task import GRADE_ISOLATION, _venv_env
+    from cellbox.grading.venvs import BaseLibrary, create_venv
+    from cellbox.limits import Limits
+
+    task = TaskDirectory.create(str(scratch), prefix="cellbox-bench-call-")
+    root = task.work / "submission"
+    root.mkdir()
+    (root / "adder.py").write_text("def add(a, b):\n    return a + b\n")
+    python = create_venv(task.path / "venv")
+    with BaseLibrary.build() as base:
+        lib = base.copy_to(task.path / "lib")
+        spec = boundary.ProcessSpec(python=str(python), lib=str(lib), root=str(root), task=str(task.path),
+                                    limits=Limits(wall_time=600, cpu_time=600), isolation=GRADE_ISOLATION,
+                                    env=_venv_env(python.parent.parent))
+        bridge = boundary.Bridge(spec)
+        bridge.start()
+        boundary.install(bridge, ["adder"], str(Path(__file__).parent))
+        try:
+            import adder  # type: ignore[import-not-found]  # the stand-in
+
+            add = adder.add
+            if add(1, 2) != 3:
+                raise SystemExit("adder.add(1, 2) did not give 3")
+            times = []
+            for _ in range(calls):
+                started = time.perf_counter()
+                add(1, 2)
+                times.append(time.perf_counter() - started)
+        finally:
+            bridge.close()
+            task.remove()
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--submissions", type=int, default=50)
     parser.add_argument("--naive", type=int, default=50, help="how many to grade the naive way (b)")
     parser.add_argument("--chunks", type=int, default=5, help="turns the three ways take")
+    parser.add_argument("--calls", type=int, default=2000, help="calls across the boundary to time")
     args = parser.parse_args()
     print(f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} cores, "
           f"{args.submissions} submissions, {JOBS} at once, {args.chunks} chunks")
@@ -162,7 +206,12 @@ def main() -> None:
             add(names[0], cellbox_grade(tests, folders[0].parent, root / f"out{index}"))
             add(names[1], timed_pool(shared_venv(tests), folders))
             add(names[2], timed_pool(naive_venv(tests, root), folders[:naive_per_chunk]))
-    report(figures, names)
+        report(figures, names)
+        if args.calls:
+            times = sorted(call_latency(args.calls, root))
+            median, p90 = 1000 * statistics.median(times), 1000 * times[int(0.9 * len(times))]
+            print(f"one call across the boundary (adder.add(1, 2), isolation auto): median {median:.3f} ms, "
+                  f"90th percentile {p90:.3f} ms, n={len(times)}")
 
 
 def report(figures: dict[str, tuple[list[float], float]], names: tuple[str, ...]) -> None:

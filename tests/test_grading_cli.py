@@ -60,7 +60,8 @@ def test_grades_csv_is_one_row_per_submission(graded: Path) -> None:
     assert sorted(by_id) == sorted(QUICK)
     assert by_id["honest"] == ["honest", "verified", "5", "0", "0", "5", "100.00"]
     assert by_id["buggy"] == ["buggy", "failed", "1", "4", "0", "5", "20.00"]
-    assert by_id["missing"] == ["missing", "unverified", "0", "0", "0", "0", "0.00"]
+    # The verdict entry of a run that is not verified or failed is an error, here as in junit.xml.
+    assert by_id["missing"] == ["missing", "unverified", "0", "0", "1", "1", "0.00"]
 
 
 def test_junit_xml_has_a_testsuite_per_submission(graded: Path) -> None:
@@ -79,6 +80,20 @@ def test_junit_xml_has_a_testsuite_per_submission(graded: Path) -> None:
         assert int(suite.get("tests", "0")) == len(suite.findall("testcase"))
 
 
+def test_every_report_gives_the_same_counts(graded: Path) -> None:
+    suites = {suite.get("name"): suite for suite in ET.parse(graded / "out" / "junit.xml").getroot()}
+    with open(graded / "out" / "grades.csv", newline="") as handle:
+        table = {row["id"]: row for row in csv.DictReader(handle)}
+    for key, row in rows(graded).items():
+        counts = (row["passed"], row["failed"], row["errors"], row["total"])
+        assert tuple(int(table[key][name]) for name in ("passed", "failed", "errors", "total")) == counts
+        suite = suites[key]
+        junit = (int(suite.get("tests", "0")) - int(suite.get("failures", "0")) - int(suite.get("errors", "0"))
+                 - int(suite.get("skipped", "0")), int(suite.get("failures", "0")), int(suite.get("errors", "0")),
+                 int(suite.get("tests", "0")))
+        assert junit == counts, key
+
+
 def test_report_html_is_self_contained_and_colours_by_exact_value(graded: Path) -> None:
     page = (graded / "out" / "report.html").read_text()
     assert "<svg" in page and page.count("<tr>") == len(QUICK) + 1
@@ -88,6 +103,10 @@ def test_report_html_is_self_contained_and_colours_by_exact_value(graded: Path) 
     assert page.count(verified_badge) == 1  # only honest; TESTS UNVERIFIED has its own colour
     assert f'background:{COLOURS[Verdict.UNVERIFIED]}">TESTS UNVERIFIED<' in page
     assert "test_fib.py::test_ten" in page  # the pass-rate chart names each test
+    # Rates over all four graded submissions, passes counted only from verified and failed runs.
+    assert "2/4 (50%)" in page and "1/4 (25%)" in page
+    # Each failing test's message, escaped.
+    assert "buggy: test_fib.py::test_ten (failed)</summary><pre>" in page and "assert 10 == 55" in page
 
 
 def test_resume_grades_only_what_is_missing(graded: Path) -> None:
@@ -173,6 +192,36 @@ def test_resume_against_other_tests_is_refused(graded: Path, capsys: pytest.Capt
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1
     assert "was made with the tests in" in err and "leave out --resume" in err
+
+
+def test_resume_after_an_instructor_file_changed_is_refused(
+    graded: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    test_file = graded / "tests" / "test_fib.py"
+    test_file.write_text(test_file.read_text() + "\n\ndef test_one_more():\n    assert fib.fib(2) == 1\n")
+    assert grade(graded, "--resume") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "the instructor file test_fib.py changed since that run" in err and "leave out --resume" in err
+
+
+def test_names_that_are_not_utf8_or_are_formulas_make_safe_reports(tmp_path: Path) -> None:
+    write_suite(tmp_path / "tests")
+    subs = tmp_path / "subs"
+    write_cases(subs, ["honest"])
+    formula = '=HYPERLINK("x","y")'
+    write_tree(subs / formula, CASES["buggy"][0])
+    undecodable = subs / "caf\udce9"  # the bytes b"caf\xe9": Latin-1, not UTF-8
+    write_tree(undecodable, CASES["honest"][0])
+    assert grade(tmp_path, "--jobs", "2") == 0
+    raw = (tmp_path / "out" / "grades.csv").read_bytes()
+    raw.decode("utf-8")  # every report is UTF-8
+    with open(tmp_path / "out" / "grades.csv", newline="", encoding="utf-8") as handle:
+        ids = sorted(row["id"] for row in csv.DictReader(handle))
+    assert ids == ["'" + formula, "caf\\xe9", "honest"]
+    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    assert "caf\\xe9" in page and "&#x27;" not in page.split("<h2>Submissions</h2>")[0]
+    assert ET.parse(tmp_path / "out" / "junit.xml").getroot().find("testsuite") is not None
 
 
 def test_bad_isolation_option_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -131,6 +131,25 @@ def test_notebook_is_importable_as_submission_and_by_its_name(tmp_path: Path, ba
     assert result.verdict is Verdict.VERIFIED, result.reason
 
 
+def test_notebook_cells_have_display_and_get_ipython_as_under_a_kernel(tmp_path: Path, base: BaseLibrary) -> None:
+    tests = {"test_mean.py": """
+        import submission
+
+        def test_mean(capsys):
+            assert submission.mean([3, 4, 5]) == 4
+            assert submission.SHELL_SEEN is True
+    """}
+    suite = Suite.find(write_tree(tmp_path / "tests", tests))
+    (tmp_path / "subs").mkdir()
+    (tmp_path / "subs" / "mean.ipynb").write_text(notebook([
+        ("code", "def mean(xs):\n    return sum(xs) / len(xs)\n", []),
+        ("code", "display(mean([3, 4, 5]))", []),
+        ("code", "SHELL_SEEN = get_ipython() is not None", []),
+    ]))
+    result = grade_file(tmp_path / "subs" / "mean.ipynb", suite, base)
+    assert result.verdict is Verdict.VERIFIED, result.reason
+
+
 def test_single_py_file_is_importable_as_submission(tmp_path: Path, base: BaseLibrary) -> None:
     suite = Suite.find(write_tree(tmp_path / "tests", SUBMISSION_TESTS))
     write_tree(tmp_path / "subs", {"alice.py": GOOD_FIB})
@@ -269,6 +288,7 @@ def test_one_test_file_brings_its_conftest(tmp_path: Path) -> None:
 
 def test_a_test_file_that_does_not_parse_is_a_one_line_error(tmp_path: Path) -> None:
     write_tree(tmp_path, {"test_a.py": "def test_one(:\n"})
-    with pytest.raises(SuiteError, match=r"test_a.py: cannot be read as Python") as info:
+    with pytest.raises(SuiteError, match=r": the tests do not collect: test_a.py: SyntaxError: invalid syntax$") \
+            as info:
         Suite.find(tmp_path)
     assert "\n" not in str(info.value)

@@ -1,9 +1,13 @@
 """Real grading runs of honest and hostile submissions: each gets its exact verdict, and nothing is left behind.
 
-Threats covered: a wrong answer, a missing module, a crash at import, a hang,
-a daemon that outlives its run, an early ``os._exit(0)``, the submission's own
-conftest.py / pytest.ini / tox.ini / setup.cfg, a forged message on the
-grader's channel, overwritten instructor files and planted report files.
+Threats covered: a wrong answer, a missing module, a crash or exit at import,
+a hang, a daemon that outlives its run, an early ``os._exit(0)``, a process
+that kills itself, the submission's own conftest.py / pytest.ini / tox.ini /
+setup.cfg, a forged record on every descriptor it has, a patched
+``TestReport``, an ``__eq__`` that is always true, a student's ``json.py`` and
+``random.py``, overwritten instructor files, and a changed worker library.
+The submission's code never runs in the process that holds pytest and the
+reporter, so none of them reaches the evidence.
 """
 
 from __future__ import annotations
@@ -17,22 +21,26 @@ import pytest
 
 from cellbox.grading.results import SubmissionResult
 from cellbox.grading.submissions import Submission
-from cellbox.grading.task import (
-    GradeSettings,
-    StopSwitch,
-    Suite,
-    base_library_is_read_only,
-    file_digests,
-    grade_safely,
-)
+from cellbox.grading.task import GradeSettings, StopSwitch, Suite, file_digests, grade_safely
 from cellbox.grading.venvs import BaseLibrary
 from cellbox.isolation import Isolation, make_plan, probe
 from cellbox.limits import Limits
 from cellbox.verdict import Verdict
-from grading_cases import CASES, DAEMON_MARKER, INSTRUCTOR_TOTAL, write_cases, write_suite
+from grading_cases import (
+    CASES,
+    DAEMON_MARKER,
+    FORGE_FILES,
+    INSTRUCTOR_TOTAL,
+    MEAN_CASES,
+    MEAN_TESTS,
+    write_cases,
+    write_suite,
+    write_tree,
+)
 from sandboxkit import survivors
 
 LIMITS = Limits(wall_time=6, cpu_time=10, memory=1024**3)
+Cases = tuple[Path, Suite]
 
 
 def task_dirs(root: Path) -> list[Path]:
@@ -46,31 +54,36 @@ def base() -> Iterator[BaseLibrary]:
 
 
 @pytest.fixture(scope="module")
-def cases(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Suite]:
+def cases(tmp_path_factory: pytest.TempPathFactory) -> Cases:
     root = tmp_path_factory.mktemp("grading")
     write_cases(root / "submissions")
+    write_tree(root / "submissions" / "forged_files", FORGE_FILES)
     (root / "tasks").mkdir()
     return root / "submissions", Suite.find(write_suite(root / "tests"))
 
 
-def tasks(cases: tuple[Path, Suite]) -> Path:
+@pytest.fixture(scope="module")
+def mean_cases(tmp_path_factory: pytest.TempPathFactory) -> Cases:
+    root = tmp_path_factory.mktemp("mean")
+    write_cases(root / "submissions", cases=MEAN_CASES)
+    (root / "tasks").mkdir()
+    return root / "submissions", Suite.find(write_tree(root / "tests", MEAN_TESTS))
+
+
+def tasks(cases: Cases) -> Path:
     """Where this module's task directories are made; empty between gradings."""
     return cases[0].parent / "tasks"
 
 
-def grade(name: str, cases: tuple[Path, Suite], base: BaseLibrary, mode: str = "auto"):  # type: ignore[no-untyped-def]
+def grade(name: str, cases: Cases, base: BaseLibrary, mode: str = "auto") -> SubmissionResult:
     return grade_with(name, cases, base, Isolation(mode=mode))
 
 
-def grade_with(name: str, cases: tuple[Path, Suite], base: BaseLibrary, isolation: Isolation):  # type: ignore[no-untyped-def]
+def grade_with(name: str, cases: Cases, base: BaseLibrary, isolation: Isolation) -> SubmissionResult:
     folder, suite = cases
     submission = Submission(id=name, path=str(folder / name), kind="folder")
     settings = GradeSettings(limits=LIMITS, task_root=str(tasks(cases)), isolation=isolation)
     return grade_safely(submission, suite, settings, base)
-
-
-# The fs layer without the user layer: a read-only view, but (as root) a child with its capabilities.
-FS_ONLY = Isolation(mode="strict", layers=("fs",))
 
 
 # With every namespace layer this machine has (the default), and with rlimits only:
@@ -78,7 +91,7 @@ FS_ONLY = Isolation(mode="strict", layers=("fs",))
 @pytest.mark.parametrize("mode", ["auto", "none"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_each_submission_gets_its_exact_verdict_and_leaves_nothing(
-    name: str, mode: str, cases: tuple[Path, Suite], base: BaseLibrary
+    name: str, mode: str, cases: Cases, base: BaseLibrary
 ) -> None:
     result = grade(name, cases, base, mode)
     assert result.verdict is Verdict(CASES[name][1]), result.reason
@@ -86,7 +99,17 @@ def test_each_submission_gets_its_exact_verdict_and_leaves_nothing(
     assert survivors(DAEMON_MARKER) == []
 
 
-def test_honest_submission_reports_every_test_passed(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
+@pytest.mark.parametrize("mode", ["auto", "none"])
+@pytest.mark.parametrize("name", sorted(MEAN_CASES))
+def test_the_issues_submissions_get_their_exact_verdicts(
+    name: str, mode: str, mean_cases: Cases, base: BaseLibrary
+) -> None:
+    result = grade(name, mean_cases, base, mode)
+    assert result.verdict is Verdict(MEAN_CASES[name][1]), result.reason
+    assert task_dirs(tasks(mean_cases)) == []
+
+
+def test_honest_submission_reports_every_test_passed(cases: Cases, base: BaseLibrary) -> None:
     result = grade("honest", cases, base)
     assert result.reason == f"all {INSTRUCTOR_TOTAL} tests passed"
     assert [test.outcome for test in result.tests] == ["passed"] * INSTRUCTOR_TOTAL
@@ -99,18 +122,24 @@ def test_honest_submission_reports_every_test_passed(cases: tuple[Path, Suite], 
     }
     assert result.score == 100.0
     assert result.run is not None and result.run["status"] == "ok" and result.run["exit_code"] == 0
+    # One submission process, with the grading isolation (not the trusted process's).
+    [run] = result.submission_runs
+    assert run is not None and run["isolation"] == result.submission_runs[0]["isolation"]
 
 
-def test_buggy_submission_names_the_failing_assertions(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
+def test_buggy_submission_names_the_failing_assertions(cases: Cases, base: BaseLibrary) -> None:
     result = grade("buggy", cases, base)
     outcomes = {test.nodeid: test.outcome for test in result.tests}
     assert outcomes["test_fib.py::test_base_cases"] == "passed"
     assert outcomes["test_fib.py::test_ten"] == "failed"
-    assert "assert 10 == 55" in next(t.message for t in result.tests if t.nodeid == "test_fib.py::test_ten")
+    message = next(t.message for t in result.tests if t.nodeid == "test_fib.py::test_ten")
+    assert "assert 10 == 55" in message
+    # Paths are relative to the tests' folder, never the grader's temporary one.
+    assert "test_fib.py:" in message and "/tmp" not in message and "cellbox-grade" not in message
     assert (result.passed, result.failed, result.total, result.score) == (1, 4, 5, 20.0)
 
 
-def test_missing_module_is_unverified_with_the_import_error(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
+def test_missing_module_is_unverified_with_the_import_error(cases: Cases, base: BaseLibrary) -> None:
     result = grade("missing", cases, base)
     assert result.reason == (
         "pytest exit 2 (test run interrupted or a collection error): "
@@ -119,7 +148,21 @@ def test_missing_module_is_unverified_with_the_import_error(cases: tuple[Path, S
     assert result.run is not None and result.run["exit_code"] == 2
 
 
-def test_hanging_submission_names_the_test_that_was_running(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
+def test_exception_at_import_is_named_with_the_students_traceback(cases: Cases, base: BaseLibrary) -> None:
+    result = grade("broken_import", cases, base)
+    assert result.reason.endswith(
+        "test_fib.py: cellbox.grading.bridge.SubmissionImportError: "
+        "RuntimeError at the import of the submission's module fib: broken at import"
+    ), result.reason
+
+
+def test_system_exit_at_import_is_named_as_such(mean_cases: Cases, base: BaseLibrary) -> None:
+    result = grade("exits_at_import", mean_cases, base)
+    assert result.verdict is Verdict.UNVERIFIED
+    assert result.reason.endswith("SystemExit(0) at the import of the submission's module mean"), result.reason
+
+
+def test_hanging_submission_names_the_test_that_was_running(cases: Cases, base: BaseLibrary) -> None:
     result = grade("hanging", cases, base)
     assert result.verdict is Verdict.TIMED_OUT
     assert result.running == "test_fib.py::test_ten"
@@ -127,75 +170,87 @@ def test_hanging_submission_names_the_test_that_was_running(cases: tuple[Path, S
     assert result.score == 0.0
 
 
-def test_daemon_started_at_import_is_killed_with_the_run(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
+def test_daemon_started_at_import_is_killed_with_the_submissions_process(cases: Cases, base: BaseLibrary) -> None:
     result = grade("daemon", cases, base)
-    assert result.run is not None and result.run["killed_processes"] >= 1
+    [run] = result.submission_runs
+    assert run is not None and run["killed_processes"] >= 1
     assert survivors(DAEMON_MARKER) == []
 
 
-def test_early_exit_at_import_is_unverified_not_verified(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
+def test_early_exit_at_import_is_unverified_not_verified(cases: Cases, base: BaseLibrary) -> None:
     result = grade("early_exit", cases, base)
-    assert result.run is not None and result.run["exit_code"] == 0
     assert result.verdict is Verdict.UNVERIFIED
-    assert result.reason == "pytest never finished collecting the tests"
+    assert "the submission's process ended (exit status 0) during the import of fib" in result.reason
 
 
-def test_killing_pytest_is_unverified_with_the_signal(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
-    result = grade("kills_pytest", cases, base)
-    assert result.reason == "the test run ended with status crashed (SIGKILL)"
-    assert result.running == "test_fib.py::test_base_cases"
+def test_a_process_that_kills_itself_fails_each_test_and_the_next_gets_a_new_one(
+    cases: Cases, base: BaseLibrary
+) -> None:
+    result = grade("kills_its_process", cases, base)
+    assert result.reason == "0 of 5 tests passed (5 failed)"
+    assert all("SIGKILL" in test.message for test in result.tests), [t.message for t in result.tests]
+    assert len(result.submission_runs) == 5
 
 
-def test_a_skip_from_the_submission_is_not_a_pass(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
+def test_a_skip_from_the_submission_is_not_a_skip(cases: Cases, base: BaseLibrary) -> None:
     result = grade("skips_tests", cases, base)
-    assert result.reason == "0 of 5 tests passed (5 skipped)"
+    assert result.reason == "0 of 5 tests passed (5 failed)"
+    assert "SkipTest: not today" in result.tests[0].message
     assert result.score == 0.0
 
 
-def test_own_conftest_and_ini_change_nothing(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
+def test_system_exit_in_a_call_fails_that_test(cases: Cases, base: BaseLibrary) -> None:
+    result = grade("exits_in_test", cases, base)
+    assert "SystemExit(0) raised by the submission in fib.fib(...)" in result.tests[0].message
+
+
+def test_own_conftest_and_ini_change_nothing(cases: Cases, base: BaseLibrary) -> None:
     result = grade("own_config", cases, base)
     assert result.verdict is Verdict.FAILED
     assert (result.passed, result.failed) == (1, 4)
 
 
-def test_forged_channel_message_is_caught(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
-    result = grade("forged_channel", cases, base)
-    assert result.reason == "the test record is inconsistent: a message without this run's nonce arrived on the channel"
+def test_forged_record_on_every_descriptor_reaches_nothing(mean_cases: Cases, base: BaseLibrary) -> None:
+    result = grade("forges_reporter", mean_cases, base)
+    assert result.verdict is Verdict.UNVERIFIED
+    assert "the submission's process ended (exit status 0) during the import of mean" in result.reason
+    assert result.tests == [] or all(test.outcome != "passed" for test in result.tests)
 
 
-def test_overwritten_instructor_files_are_never_verified(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
-    # Without namespaces the overwrite succeeds and the record shows it.
+def test_eq_always_true_is_not_equal_to_the_expected_value(mean_cases: Cases, base: BaseLibrary) -> None:
+    result = grade("eq_always_true", mean_cases, base)
+    assert result.reason == "0 of 2 tests passed (2 failed)"
+    assert "<submission Anything object" in result.tests[0].message or "Anything" in result.tests[0].message
+
+
+def test_overwritten_instructor_files_are_never_verified(cases: Cases, base: BaseLibrary) -> None:
+    # Without namespaces (and as root) the submission finds the grader's copy beside its task and overwrites it:
+    # the before-and-after hashes show it.
     result = grade("forged_files", cases, base, "none")
-    assert result.verdict is Verdict.UNVERIFIED
-    assert result.reason.startswith("the test record is inconsistent: test_more.py::test_fake")
+    assert result.verdict in (Verdict.UNVERIFIED, Verdict.FAILED)
+    if result.verdict is Verdict.UNVERIFIED:
+        assert result.reason.startswith("the test record is inconsistent: "), result.reason
 
 
-def test_instructor_files_are_read_only_to_an_isolated_run(cases: tuple[Path, Suite], base: BaseLibrary) -> None:
-    if not {"fs", "landlock"} & set(make_plan(Isolation(mode="auto"), probe(), user=None).layers):
-        pytest.skip("neither the fs layer (bubblewrap) nor Landlock is available here; see `cellbox doctor`")
-    result = grade("forged_files", cases, base, "auto")
-    assert result.verdict is Verdict.UNVERIFIED
-    assert "Read-only file system" in result.reason or "Permission denied" in result.reason
-
-
-@pytest.mark.parametrize(
-    "isolation", [Isolation(mode="auto"), Isolation(mode="none"), FS_ONLY], ids=["auto", "none", "fs-only"]
-)
-def test_submission_cannot_change_the_base_library_the_others_are_graded_with(
-    isolation: Isolation, cases: tuple[Path, Suite], base: BaseLibrary
-) -> None:
-    plan = make_plan(isolation, probe(), user=None)
-    if isolation is FS_ONLY and "fs" not in plan.layers:
+def test_instructor_files_are_out_of_sight_of_an_isolated_submission(cases: Cases, base: BaseLibrary) -> None:
+    if "fs" not in make_plan(Isolation(mode="auto"), probe(), user=None).layers:
         pytest.skip("the fs layer (bubblewrap) is not available here; see `cellbox doctor`")
-    # Shared only with a run as another user: a read-only view alone can be remounted by a root child.
-    assert base_library_is_read_only(isolation) is (plan.user is not None)
+    result = grade("forged_files", cases, base, "auto")
+    assert result.verdict is Verdict.FAILED
+    assert (result.passed, result.failed) == (1, 4)
+
+
+@pytest.mark.parametrize("mode", ["auto", "none"])
+def test_submission_cannot_change_the_worker_library_the_others_are_graded_with(
+    mode: str, cases: Cases, base: BaseLibrary
+) -> None:
     before = file_digests(base.path)
-    assert grade_with("patches_pytest", cases, base, isolation).verdict is Verdict.FAILED
+    assert grade("patches_worker", cases, base, mode).verdict is Verdict.FAILED
     assert file_digests(base.path) == before
-    assert grade_with("honest", cases, base, isolation).verdict is Verdict.VERIFIED
+    assert grade("honest", cases, base, mode).verdict is Verdict.VERIFIED
 
 
-def test_grader_failure_becomes_that_submissions_unverified_row(cases: tuple[Path, Suite]) -> None:
+def test_grader_failure_becomes_that_submissions_unverified_row(cases: Cases) -> None:
     broken = BaseLibrary.build()
     broken.remove()  # the grader's own files are gone: copying them fails
     result = grade("honest", cases, broken)
@@ -204,9 +259,7 @@ def test_grader_failure_becomes_that_submissions_unverified_row(cases: tuple[Pat
     assert task_dirs(tasks(cases)) == []
 
 
-def test_stop_switch_kills_a_hanging_run_instead_of_waiting_for_the_deadline(
-    cases: tuple[Path, Suite], base: BaseLibrary
-) -> None:
+def test_stop_switch_kills_a_hanging_run_instead_of_waiting_for_the_deadline(cases: Cases, base: BaseLibrary) -> None:
     # What Ctrl-C does while grading: every run in progress is killed, so the row says interrupted,
     # where waiting for the 60 s deadline would have said timed_out.
     folder, suite = cases
@@ -217,7 +270,7 @@ def test_stop_switch_kills_a_hanging_run_instead_of_waiting_for_the_deadline(
         grade_safely(Submission(id="hanging", path=str(folder / "hanging"), kind="folder"), suite, settings, base,
                      switch)))
     worker.start()
-    time.sleep(1.5)
+    time.sleep(2.5)
     switch.stop()
     worker.join(timeout=120)
     [result] = results

@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+from cellbox.grading.bridge import submission_module, submission_tmp_path
+
 NOTEBOOK, MODULE = "07-kill-the-whole-group.ipynb", "nb_07_kill_the_whole_group"
 
 
@@ -22,12 +24,18 @@ def nb():
 
 
 
+# The notebook's code runs in its own sandboxed process (cellbox grade), with its own /proc and /tmp:
+# the pid file and the process it names are looked at from there.
 def _alive(pid):
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        stat = submission_module("pathlib").Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _kill(pid):
+    submission_module("os").kill(pid, signal.SIGKILL)
 
 
 def _daemon_code(pid_file, child_sleeps):
@@ -41,9 +49,10 @@ def _daemon_code(pid_file, child_sleeps):
 
 
 def _wait_for(path):
+    file = submission_module("pathlib").Path(path)
     for _ in range(100):
-        if path.exists() and path.read_text():
-            return int(path.read_text())
+        if file.exists() and file.read_text():
+            return int(file.read_text())
         time.sleep(0.05)
     raise AssertionError("the child never wrote its grandchild's pid")
 
@@ -53,8 +62,8 @@ def test_run_tree_ok_and_error(nb):
     assert nb.run_tree("raise SystemExit(3)", 10) == "error"
 
 
-def test_run_tree_kills_a_daemon_left_behind(nb, tmp_path):
-    pid_file = tmp_path / "pid"
+def test_run_tree_kills_a_daemon_left_behind(nb):
+    pid_file = os.path.join(submission_tmp_path(), "pid")
     assert nb.run_tree(_daemon_code(pid_file, 0), 10) == "ok"
     pid = _wait_for(pid_file)
     time.sleep(0.2)
@@ -62,11 +71,11 @@ def test_run_tree_kills_a_daemon_left_behind(nb, tmp_path):
         assert not _alive(pid)
     finally:
         if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
+            _kill(pid)
 
 
-def test_run_tree_times_out_and_kills_the_group(nb, tmp_path):
-    pid_file = tmp_path / "pid"
+def test_run_tree_times_out_and_kills_the_group(nb):
+    pid_file = os.path.join(submission_tmp_path(), "pid")
     started = time.monotonic()
     assert nb.run_tree(_daemon_code(pid_file, 60), 1) == "timed_out"
     assert time.monotonic() - started < 10
@@ -76,7 +85,7 @@ def test_run_tree_times_out_and_kills_the_group(nb, tmp_path):
         assert not _alive(pid)
     finally:
         if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
+            _kill(pid)
 
 
 def test_survivors(nb):

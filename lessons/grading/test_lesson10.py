@@ -1,10 +1,16 @@
-"""Hidden tests for lesson 10 (fresh_venv, runs_project_code), run by ``cellbox grade`` against 10-a-fresh-virtualenv-per-task.ipynb."""
+"""Hidden tests for lesson 10 (fresh_venv, runs_project_code), run by ``cellbox grade`` against 10-a-fresh-virtualenv-per-task.ipynb.
+
+The notebook's code runs in its own sandboxed process: the venvs it makes are
+in that process's folders, so they are made and run there
+(``submission_module``, ``submission_tmp_path``).
+"""
 
 import importlib
 import os
-import subprocess
 
 import pytest
+
+from cellbox.grading.bridge import submission_module, submission_tmp_path
 
 NOTEBOOK, MODULE = "10-a-fresh-virtualenv-per-task.ipynb", "nb_10_a_fresh_virtualenv_per_task"
 
@@ -21,36 +27,40 @@ def nb():
 
 
 
-def test_fresh_venv_python_runs_in_the_new_prefix(nb, tmp_path):
-    where = tmp_path / "env"
-    python = nb.fresh_venv(str(where))
-    said = subprocess.run([python, "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True, timeout=60)
-    assert os.path.realpath(said.stdout.strip()) == os.path.realpath(where)
+def _said(python, code):
+    """What ``python -c code`` prints, run in the notebook's process."""
+    done = submission_module("subprocess").run([python, "-c", code], capture_output=True, text=True, timeout=60)
+    return done.stdout.strip()
 
 
-def test_fresh_venv_sees_no_outside_packages(nb, tmp_path):
-    python = nb.fresh_venv(str(tmp_path / "env"))
-    code = "import importlib.util; print(importlib.util.find_spec('pytest') is None)"
-    assert subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60).stdout.strip() == "True"
+def test_fresh_venv_python_runs_in_the_new_prefix(nb):
+    where = os.path.join(submission_tmp_path(), "env")
+    python = nb.fresh_venv(where)
+    prefix = _said(python, "import os, sys; print(os.path.realpath(sys.prefix))")
+    assert prefix == submission_module("os").path.realpath(where)
 
 
-def test_fresh_venv_two_tasks_are_separate(nb, tmp_path):
-    first = nb.fresh_venv(str(tmp_path / "a"))
-    second = nb.fresh_venv(str(tmp_path / "b"))
+def test_fresh_venv_sees_no_outside_packages(nb):
+    python = nb.fresh_venv(os.path.join(submission_tmp_path(), "env"))
+    assert _said(python, "import importlib.util; print(importlib.util.find_spec('pytest') is None)") == "True"
+
+
+def test_fresh_venv_two_tasks_are_separate(nb):
+    tmp = submission_tmp_path()
+    first = nb.fresh_venv(os.path.join(tmp, "a"))
+    second = nb.fresh_venv(os.path.join(tmp, "b"))
     assert first != second
-    site = subprocess.run([first, "-c", "import site; print(site.getsitepackages()[0])"],
-                          capture_output=True, text=True, timeout=60).stdout.strip()
-    with open(os.path.join(site, "leftover.py"), "w") as f:
-        f.write("X = 1\n")
-    code = "import importlib.util; print(importlib.util.find_spec('leftover') is None)"
-    assert subprocess.run([second, "-c", code], capture_output=True, text=True, timeout=60).stdout.strip() == "True"
+    site = _said(first, "import site; print(site.getsitepackages()[0])")
+    submission_module("pathlib").Path(site, "leftover.py").write_text("X = 1\n")
+    assert _said(second, "import importlib.util; print(importlib.util.find_spec('leftover') is None)") == "True"
 
 
 def test_runs_project_code(nb):
     assert nb.runs_project_code() == {"d", "e", "f"}
 
 
-def test_fresh_venv_does_not_include_system_site_packages(nb, tmp_path):
-    nb.fresh_venv(str(tmp_path / "env"))
-    config = (tmp_path / "env" / "pyvenv.cfg").read_text().replace(" ", "").lower()
+def test_fresh_venv_does_not_include_system_site_packages(nb):
+    where = os.path.join(submission_tmp_path(), "env")
+    nb.fresh_venv(where)
+    config = submission_module("pathlib").Path(where, "pyvenv.cfg").read_text().replace(" ", "").lower()
     assert "include-system-site-packages=true" not in config

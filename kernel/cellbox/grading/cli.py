@@ -42,9 +42,25 @@ def add_parser(subparsers: Any) -> None:
                         help="keep the rows of an earlier results.json in --out; grade only the missing ones")
     parser.add_argument("--find-links", metavar="PATH_OR_URL",
                         help="wheels pip may install from when a submission has a package or requirements.txt")
+    parser.add_argument("--test-timeout", type=_seconds, metavar="SECONDS",
+                        help="seconds each test may spend in calls into the submission, unless it has a "
+                        "@pytest.mark.timeout (default: only --wall, for all the tests together)")
     add_limit_options(parser)
     add_isolation_options(parser, default=GRADE_ISOLATION)
     parser.set_defaults(func=_cmd_grade)
+
+
+def _seconds(text: str) -> float:
+    """A ``--test-timeout`` value: ``5``, ``2.5s``, ``1m``."""
+    from ..limits import LimitError, parse_time
+
+    try:
+        value = parse_time(text)
+    except LimitError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a positive number of seconds")
+    return float(value)
 
 
 def _cmd_grade(args: argparse.Namespace) -> int:
@@ -89,7 +105,8 @@ def _grading_run(args: argparse.Namespace) -> Any:
     if not submissions:
         raise UsageError(f"{args.submissions}: no submissions found besides the tests and the reports")
     limits = limits_from_args(args)
-    settings = GradeSettings(limits=limits, find_links=_find_links(args.find_links), isolation=isolation)
+    settings = GradeSettings(limits=limits, find_links=_find_links(args.find_links), isolation=isolation,
+                             test_timeout=args.test_timeout)
     return GradingRun(submissions=submissions, suite=suite, settings=settings, out=out, jobs=args.jobs,
                       dask=args.dask, resume=args.resume)
 

@@ -15,9 +15,10 @@ from typing import Any
 
 from ..verdict import Evidence
 
-__all__ = ["EvidenceRecorder", "TestResult", "base_nodeid", "PROBLEMS_KEPT"]
+__all__ = ["EvidenceRecorder", "TestResult", "PROBLEMS_KEPT"]
 
 PROBLEMS_KEPT = 20
+RUNS_KEPT = 50  # submission processes reported per run (one, plus one per restart)
 OUTPUT_KEPT = 4000  # characters of failure message and output kept per test
 
 
@@ -48,11 +49,6 @@ class TestResult:
         return cls(**{field.name: data[field.name] for field in dataclasses.fields(cls) if field.name in data})
 
 
-def base_nodeid(nodeid: str) -> str:
-    """A node id without its parameters: ``test_a.py::test_x[1-2]`` -> ``test_a.py::test_x``."""
-    return nodeid.split("[", 1)[0]
-
-
 def _final_outcome(phases: dict[str, dict[str, Any]]) -> str:
     """Combine setup/call/teardown reports into one outcome (as pytest's terminal summary does)."""
     call = phases.get("call")
@@ -76,14 +72,16 @@ class EvidenceRecorder:
 
     Args:
         nonce: the secret of this run, written to the run's stdin.
-        expected: the instructor tests as written in their files (``file::name``
-            or ``file::Class::name``, see :func:`cellbox.grading.task.expected_tests`);
-            each must be collected, and nothing else may be.
+        expected: the node ids pytest collected from the instructor tests once,
+            without a submission (:func:`cellbox.grading.task.collect_tests`);
+            each must be collected, and nothing else may be.  ``None`` while
+            that first collection runs.
     """
 
-    def __init__(self, nonce: str, expected: tuple[str, ...]) -> None:
+    def __init__(self, nonce: str, expected: tuple[str, ...] | None) -> None:
         self.nonce = nonce
-        self.expected = frozenset(expected)
+        self.expected = frozenset(expected) if expected is not None else None
+        self.runs: list[dict[str, Any] | None] = []
         self.started = False
         self.finished = False
         self.exit_status: int | None = None
@@ -130,8 +128,8 @@ class EvidenceRecorder:
         if len(set(self.collected)) != len(self.collected):
             self._problem("the same test was collected twice")
         for nodeid in self.collected:
-            if base_nodeid(nodeid) not in self.expected:
-                self._problem(f"{nodeid} is not a test written in the instructor's files")
+            if self.expected is not None and nodeid not in self.expected:
+                self._problem(f"{nodeid} is not a test collected from the instructor's files")
                 break
 
     def _known(self, message: dict[str, Any]) -> str | None:
@@ -170,6 +168,11 @@ class EvidenceRecorder:
         self.running = None
         self.done.append(nodeid)
 
+    def _on_runs(self, message: dict[str, Any]) -> None:
+        runs = message.get("runs")
+        if isinstance(runs, list):
+            self.runs = [run if isinstance(run, dict) else None for run in runs[:RUNS_KEPT]]
+
     def _on_finish(self, message: dict[str, Any]) -> None:
         status = message.get("exitstatus")
         self.exit_status = status if isinstance(status, int) else None
@@ -189,8 +192,8 @@ class EvidenceRecorder:
 
     def evidence(self) -> Evidence:
         """The record so far, for :func:`cellbox.verdict.judge`."""
-        collected = {base_nodeid(nodeid) for nodeid in self.collected or ()}
-        missing = tuple(sorted(self.expected - collected))
+        collected = set(self.collected or ())
+        missing = tuple(sorted((self.expected or frozenset()) - collected))
         return Evidence(
             started=self.started,
             collected=self.collected,

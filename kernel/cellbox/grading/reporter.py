@@ -1,10 +1,10 @@
 """The grader's pytest plugin: writes the evidence of one test run to the grader.
 
-This file runs inside the sandboxed test run, not in the grader.  The grader
-copies it into the task's own library directory as ``cellbox_grading_reporter``
-and loads it explicitly (``-p cellbox_grading_reporter``, with plugin
-autoloading off), so a submission cannot replace it or load another reporter
-in its place.  It imports only the standard library and pytest.
+This file runs in the trusted test process (:mod:`cellbox.grading.trusted`),
+which never imports or runs submission code: the submission runs in its own
+sandboxed process, reached through :mod:`cellbox.grading.bridge`.  pytest loads
+it explicitly (``-p cellbox.grading.reporter``, with plugin autoloading off).
+It imports only the standard library and pytest.
 
 Protocol: JSON lines on the sandbox's message channel (fd 3, named by
 ``CELLBOX_CHANNEL``); each line carries the run's nonce, which the grader
@@ -18,14 +18,12 @@ submission code is imported.  Events, in order::
     {"event": "report", "nonce": N, "nodeid": "...", "when": "call", "outcome": "passed",
      "duration": 0.01, "wasxfail": false, "message": "...", "output": "..."}    (per phase)
     {"event": "finished", "nonce": N, "nodeid": "..."}                           (per test)
+    {"event": "runs", "nonce": N, "runs": [Outcome JSON of each submission process]}
     {"event": "finish", "nonce": N, "exitstatus": 0}
 
-What this cannot stop: the submission's code is imported into this same
-process, so code that goes looking (``/proc/self/fd``, this module's globals)
-could find the channel and the nonce and write a forged record.  The grader's
-checks (nonce, order, every collected test reported, exit status matching)
-catch an early exit, a killed pytest, a stray process writing to the channel
-and forged files, not a deliberate in-process forgery.
+Paths below the tests' folder are written relative to it.  The grader's checks
+(nonce, order, every collected test reported, exit status matching) catch a
+crashed or killed test process and anything else writing on the channel.
 """
 
 from __future__ import annotations
@@ -39,6 +37,8 @@ from typing import Any
 import pytest
 
 MESSAGE_MAX = 4000  # characters of a failure message or of captured output sent per phase
+NOTE_MARK = "in the submission's process:"  # begins the note carrying the submission's traceback (bridge.py)
+RUN_OUTPUT_KEPT = 20_000  # characters of a submission process's stdout and stderr sent
 
 
 def _read_nonce() -> str:
@@ -75,11 +75,29 @@ def _send(event: str, **fields: Any) -> None:
         pass  # the grader has stopped reading; the record stays incomplete
 
 
+_ROOTS: list[str] = []  # folder prefixes taken out of messages (the tests' folder)
+
+
 def _cut(text: str) -> str:
+    for root in _ROOTS:
+        text = text.replace(root, "")
     return text if len(text) <= MESSAGE_MAX else text[:MESSAGE_MAX] + "\n[... cut]"
 
 
+def send_runs(runs: list[Any]) -> None:
+    """Report the Outcome (JSON) of each submission process of this run; called once, before the session's end.
+
+    Their stdout and stderr are cut to their last :data:`RUN_OUTPUT_KEPT` characters.
+    """
+    for run in runs:
+        for name in ("stdout", "stderr"):
+            if isinstance(run, dict) and len(str(run.get(name) or "")) > RUN_OUTPUT_KEPT:
+                run[name] = "[... cut]\n" + str(run[name])[-RUN_OUTPUT_KEPT:]
+    _send("runs", runs=runs)
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
+    _ROOTS[:] = [str(session.config.rootpath) + os.sep]
     _send("start", pytest=pytest.__version__)
 
 
@@ -87,6 +105,9 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
     if report.failed:
         text = str(report.longrepr) if report.longrepr else "collection failed"
         lines = [line for line in text.splitlines() if line.strip()]
+        # The submission's own traceback is a note after the error line: the error line is the one to name.
+        notes = [index for index, line in enumerate(lines) if NOTE_MARK in line]
+        lines = lines[: notes[0]] if notes else lines
         last = re.sub(r"^E\s+", "", lines[-1]) if lines else text  # pytest's "E   " marks the error line
         _send("collect_error", nodeid=report.nodeid, message=_cut(last), detail=_cut(text))
 

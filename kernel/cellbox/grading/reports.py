@@ -1,14 +1,21 @@
 """Reports of a grading run: ``grades.csv``, ``junit.xml`` and ``report.html`` (``results.json`` is the runner's).
 
 * ``grades.csv``: one row per submission: ``id, verdict, passed, failed,
-  errors, total, score`` (score in percent, 0-100), ready for a gradebook import.
+  errors, total, score`` (score in percent, 0-100), ready for a gradebook
+  import; an id a spreadsheet would run as a formula (``=``, ``+``, ``-``,
+  ``@``, tab, carriage return first) gets a ``'`` in front.
 * ``junit.xml``: one ``<testsuite>`` per submission, one ``<testcase>`` per
   instructor test (the JUnit XML that Jenkins' ``junit`` step reads); a run
   without a test record gets one ``grading`` test case carrying the reason.
 * ``report.html``: one self-contained page (inline CSS and SVG, no script, no
   network): a bar chart of verdicts, the pass rate of each test, and a row per
-  submission.  Verdict colours come from :data:`cellbox.verdict.COLOURS`, by
-  exact value.
+  submission, and each failing test's message.  Verdict colours come from
+  :data:`cellbox.verdict.COLOURS`, by exact value.
+
+The counts are the same in every report (:class:`~cellbox.grading.results.SubmissionResult`:
+a run that is not ``verified`` or ``failed`` carries one ``grading.verdict``
+error).  Every text is written as UTF-8; bytes of a name that are not UTF-8
+are written as ``\\xNN`` (:func:`clean`).
 """
 
 from __future__ import annotations
@@ -23,11 +30,26 @@ from typing import Any
 from ..verdict import COLOURS, Verdict
 from .results import SubmissionResult
 
-__all__ = ["write_reports", "write_csv", "write_junit", "write_html", "CSV_FIELDS"]
+__all__ = ["write_reports", "write_csv", "write_junit", "write_html", "clean", "csv_cell", "CSV_FIELDS"]
 
 CSV_FIELDS = ("id", "verdict", "passed", "failed", "errors", "total", "score")
 # Characters XML 1.0 does not allow, even escaped (the spec's "Char" production).
 _XML_INVALID = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what makes a spreadsheet cell a formula (OWASP CSV injection)
+
+
+def clean(text: str) -> str:
+    """``text`` as writable UTF-8: a byte that was not UTF-8 (a surrogate escape from a file name) becomes ``\\xNN``."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a lone surrogate that is not an escaped byte
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def csv_cell(text: str) -> str:
+    """A text cell of ``grades.csv``: clean, and never a formula (``=HYPERLINK(...)`` becomes ``'=HYPERLINK(...)``)."""
+    text = clean(text)
+    return "'" + text if text.startswith(_FORMULA_START) else text
 
 
 def write_reports(out: Path, results: list[SubmissionResult], header: dict[str, Any] | None = None) -> list[Path]:
@@ -41,17 +63,17 @@ def write_reports(out: Path, results: list[SubmissionResult], header: dict[str, 
 
 def write_csv(path: Path, results: list[SubmissionResult]) -> Path:
     """One row per submission (:data:`CSV_FIELDS`)."""
-    with open(path, "w", newline="") as handle:
+    with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(CSV_FIELDS)
         for result in results:
-            writer.writerow([result.id, result.verdict.value, result.passed, result.failed, result.errors,
+            writer.writerow([csv_cell(result.id), result.verdict.value, result.passed, result.failed, result.errors,
                              result.total, f"{result.score:.2f}"])
     return path
 
 
 def _xml_text(text: str) -> str:
-    return _XML_INVALID.sub("\ufffd", text)
+    return _XML_INVALID.sub("\ufffd", clean(text))
 
 
 def _headline(message: str) -> str:
@@ -71,31 +93,26 @@ def _junit_suite(root: ET.Element, result: SubmissionResult) -> None:
     properties = ET.SubElement(suite, "properties")
     for key, value in (("verdict", result.verdict.value), ("reason", result.reason), ("score", f"{result.score}")):
         ET.SubElement(properties, "property", name=key, value=_xml_text(value))
-    failures = errors = skipped = 0
     for test in result.tests:
         module, _, name = test.nodeid.partition("::")
         case = _testcase(suite, f"{result.id}.{module.removesuffix('.py').replace('/', '.')}", name or module,
                          test.duration)
         text = _xml_text(test.message or test.outcome)
         if test.outcome == "failed":
-            failures += 1
             ET.SubElement(case, "failure", message=_xml_text(_headline(test.message))).text = text
         elif test.outcome in ("skipped", "xfailed"):
-            skipped += 1
             ET.SubElement(case, "skipped", message=_xml_text(test.outcome))
         elif test.outcome != "passed":
-            errors += 1
             ET.SubElement(case, "error", message=_xml_text(f"{test.outcome}: {result.reason}")).text = text
         if test.output:
             ET.SubElement(case, "system-out").text = _xml_text(test.output)
-    if result.verdict in (Verdict.UNVERIFIED, Verdict.TIMED_OUT) or not result.tests:
+    if result.verdict_entry:
         case = _testcase(suite, f"{result.id}.grading", "verdict", result.duration)
-        errors += 1
         ET.SubElement(case, "error", message=_xml_text(f"{result.verdict.label}: {result.reason}"))
-    suite.set("tests", str(len(suite.findall("testcase"))))
-    suite.set("failures", str(failures))
-    suite.set("errors", str(errors))
-    suite.set("skipped", str(skipped))
+    # The same counts as grades.csv and results.json.
+    counts = {"tests": result.total, "failures": result.failed, "errors": result.errors, "skipped": result.skipped}
+    for key, count in counts.items():
+        suite.set(key, str(count))
     suite.set("time", f"{result.duration:.3f}")
 
 
@@ -118,6 +135,7 @@ table{border-collapse:collapse;margin-top:.5em} td,th{border:1px solid #d0d7de;p
 th{background:#f6f8fa} td.num{text-align:right}
 .verdict{font-weight:bold;color:#fff;padding:.1em .4em;border-radius:3px;white-space:nowrap}
 svg text{font-size:12px;font-family:system-ui,sans-serif}
+pre{background:#f6f8fa;padding:.5em;white-space:pre-wrap} summary{cursor:pointer}
 """
 
 
@@ -143,11 +161,15 @@ def _verdict_chart(results: list[SubmissionResult]) -> str:
 
 
 def _pass_rates(results: list[SubmissionResult]) -> dict[str, tuple[int, int]]:
-    rates: dict[str, tuple[int, int]] = {}
+    """Per test: passes in ``verified``/``failed`` runs, over every graded submission (not collected counts too)."""
+    nodeids = {test.nodeid for result in results for test in result.tests}
+    rates = dict.fromkeys(nodeids, (0, len(results)))
     for result in results:
+        if result.verdict not in (Verdict.VERIFIED, Verdict.FAILED):
+            continue  # passes without a complete record are not counted, as in the score
         for test in result.tests:
-            passed, total = rates.get(test.nodeid, (0, 0))
-            rates[test.nodeid] = (passed + (test.outcome == "passed"), total + 1)
+            passed, total = rates[test.nodeid]
+            rates[test.nodeid] = (passed + (test.outcome == "passed"), total)
     return rates
 
 
@@ -158,7 +180,7 @@ def _rate_chart(results: list[SubmissionResult]) -> str:
     rows = []
     for index, (nodeid, (passed, total)) in enumerate(sorted(rates.items())):
         y = 10 + index * 24
-        share = passed / total
+        share = passed / total if total else 0.0
         rows.append(
             f'<text x="0" y="{y + 13}">{html.escape(nodeid[-60:])}</text>'
             f'<rect x="420" y="{y}" width="300" height="16" fill="#eaeef2"/>'
@@ -177,9 +199,22 @@ def _table(results: list[SubmissionResult]) -> str:
     for r in results:
         numbers = "".join(f'<td class="num">{value}</td>' for value in (r.passed, r.failed, r.errors, r.total,
                                                                          f"{r.score:.2f}", f"{r.duration:.2f}"))
-        rows.append(f"<tr><td>{html.escape(r.id)}</td><td>{_badge(r.verdict)}</td>{numbers}"
-                    f"<td>{html.escape(r.reason)}</td></tr>")
+        rows.append(f"<tr><td>{html.escape(clean(r.id))}</td><td>{_badge(r.verdict)}</td>{numbers}"
+                    f"<td>{html.escape(clean(r.reason))}</td></tr>")
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def _failures(results: list[SubmissionResult]) -> str:
+    """Each failing test's message, escaped, per submission (no script: ``<details>`` opens without one)."""
+    parts = []
+    for result in results:
+        for test in result.tests:
+            if test.outcome in ("passed", "skipped", "xfailed"):
+                continue
+            summary = f"{html.escape(clean(result.id))}: {html.escape(clean(test.nodeid))} ({test.outcome})"
+            parts.append(f"<details><summary>{summary}</summary>"
+                         f"<pre>{html.escape(clean(test.message or test.outcome))}</pre></details>")
+    return "".join(parts) or "<p>No test failed.</p>"
 
 
 def _setup(header: dict[str, Any] | None) -> str:
@@ -201,7 +236,8 @@ def write_html(path: Path, results: list[SubmissionResult], header: dict[str, An
         f"<h2>Verdicts</h2>{_verdict_chart(results)}"
         f"<h2>Pass rate per test</h2>{_rate_chart(results)}"
         f"<h2>Submissions</h2>{_table(results)}"
+        f"<h2>Failing tests</h2>{_failures(results)}"
         "</body></html>\n"
     )
-    path.write_text(page, encoding="utf-8")
+    path.write_text(clean(page), encoding="utf-8")
     return path

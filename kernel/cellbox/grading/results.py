@@ -38,7 +38,9 @@ class SubmissionResult:
         tests: one :class:`TestResult` per collected instructor test.
         running: the test that was running when the run ended, if any.
         install: the install's Outcome as JSON (``None`` when nothing was installed).
-        run: the test run's Outcome as JSON (``None`` when it never started).
+        run: the trusted test process's Outcome as JSON (``None`` when it never started).
+        submission_runs: the Outcome (JSON) of each process the submission's
+            code ran in: one, plus one more after each timeout or crash.
         duration: seconds spent grading this submission, all steps.
     """
 
@@ -51,6 +53,7 @@ class SubmissionResult:
     running: str | None = None
     install: dict[str, Any] | None = None
     run: dict[str, Any] | None = None
+    submission_runs: list[dict[str, Any] | None] = dataclasses.field(default_factory=list)
     duration: float = 0.0
 
     def count(self, outcome: str) -> int:
@@ -66,9 +69,18 @@ class SubmissionResult:
         return self.count("failed")
 
     @property
+    def verdict_entry(self) -> bool:
+        """Whether the reports carry one ``grading.verdict`` entry for this row (an error in every count).
+
+        A run that is ``unverified`` or ``timed_out``, or has no test, gets
+        it, so that no report shows such a row as all passed.
+        """
+        return self.verdict in (Verdict.UNVERIFIED, Verdict.TIMED_OUT) or not self.tests
+
+    @property
     def errors(self) -> int:
-        """Tests that errored in setup or teardown, or never finished."""
-        return len(self.tests) - self.passed - self.failed - self.skipped
+        """Tests that errored in setup or teardown or never finished, plus the verdict entry (:attr:`verdict_entry`)."""
+        return len(self.tests) - self.passed - self.failed - self.skipped + self.verdict_entry
 
     @property
     def skipped(self) -> int:
@@ -76,7 +88,8 @@ class SubmissionResult:
 
     @property
     def total(self) -> int:
-        return len(self.tests)
+        """The instructor tests collected, plus the verdict entry (:attr:`verdict_entry`)."""
+        return len(self.tests) + self.verdict_entry
 
     @property
     def score(self) -> float:
@@ -85,9 +98,9 @@ class SubmissionResult:
         A run without complete evidence (``unverified``, ``timed_out``) earns
         nothing: its passes cannot be trusted.
         """
-        if self.verdict not in (Verdict.VERIFIED, Verdict.FAILED) or not self.total:
+        if self.verdict not in (Verdict.VERIFIED, Verdict.FAILED) or not self.tests:
             return 0.0
-        return round(100.0 * self.passed / self.total, 2)
+        return round(100.0 * self.passed / len(self.tests), 2)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict: the fields, the counts and the score."""
@@ -109,6 +122,7 @@ class SubmissionResult:
             "tests": [test.to_json() for test in self.tests],
             "install": cut_outcome(self.install),
             "run": cut_outcome(self.run),
+            "submission_runs": [cut_outcome(run) for run in self.submission_runs],
         }
 
     @classmethod
@@ -128,5 +142,6 @@ class SubmissionResult:
             running=data.get("running"),
             install=data.get("install"),
             run=data.get("run"),
+            submission_runs=list(data.get("submission_runs") or []),
             duration=float(data.get("duration", 0.0)),
         )

@@ -22,7 +22,7 @@ from .. import __version__
 from ..isolation import describe
 from .results import SubmissionResult
 from .submissions import Submission
-from .task import GradeSettings, StopSwitch, Suite, grade_safely
+from .task import GradeSettings, StopSwitch, Suite, grade_safely, trusted_forkserver
 from .venvs import BaseLibrary
 
 __all__ = ["GradingRun", "ResumeError", "load_results", "save_results", "RESULTS_FILE"]
@@ -36,13 +36,17 @@ class ResumeError(ValueError):
     """An earlier ``results.json`` was made against other tests; one line, for the command line."""
 
 
-def load_results(out: Path, tests: str | None = None) -> dict[str, SubmissionResult]:
+def load_results(
+    out: Path, tests: str | None = None, digests: dict[str, str] | None = None
+) -> dict[str, SubmissionResult]:
     """The rows of an earlier ``results.json`` in ``out``, by id (empty when there is none).
 
     Rows this version cannot read are dropped, so they are graded again.
 
     Raises:
-        ResumeError: ``tests`` is given and the earlier file names other tests.
+        ResumeError: ``tests`` is given and the earlier file names other tests,
+            or ``digests`` (path -> SHA-256 of each instructor file) is given
+            and a file changed, appeared or vanished since the earlier run.
     """
     path = out / RESULTS_FILE
     try:
@@ -50,11 +54,13 @@ def load_results(out: Path, tests: str | None = None) -> dict[str, SubmissionRes
         rows = data["submissions"]
     except (OSError, ValueError, KeyError, TypeError):
         return {}
+    again = "give another --out, or leave out --resume to grade everything again"
     if tests is not None and isinstance(data, dict) and data.get("tests") not in (None, tests):
-        raise ResumeError(
-            f"{path} was made with the tests in {data.get('tests')}, not {tests}; "
-            "give another --out, or leave out --resume to grade everything again"
-        )
+        raise ResumeError(f"{path} was made with the tests in {data.get('tests')}, not {tests}; {again}")
+    if digests is not None:
+        changed = _changed_file(data.get("test_digests") if isinstance(data, dict) else None, digests)
+        if changed:
+            raise ResumeError(f"{path}: the instructor file {changed} changed since that run; {again}")
     results = {}
     for row in rows if isinstance(rows, list) else []:
         try:
@@ -73,6 +79,16 @@ def save_results(out: Path, results: Iterable[SubmissionResult], header: dict[st
     temporary.write_text(json.dumps(data, indent=1))
     os.replace(temporary, path)
     return path
+
+
+def _changed_file(before: Any, now: dict[str, str]) -> str | None:
+    """The first instructor file whose digest differs between ``before`` (from results.json) and ``now``."""
+    if not isinstance(before, dict):
+        return "list (the earlier run kept no file digests)"
+    for name in sorted(set(before) | set(now)):
+        if before.get(name) != now.get(name):
+            return name
+    return None
 
 
 @dataclasses.dataclass
@@ -102,6 +118,7 @@ class GradingRun:
             "cellbox": __version__,
             "tests": str(self.suite.root),
             "test_files": list(self.suite.files),
+            "test_digests": self.suite.digests,
             "limits": self.settings.limits.as_dict(),
             "isolation": describe(self.settings.isolation),
         }
@@ -125,7 +142,7 @@ class GradingRun:
         """
         self.out.mkdir(parents=True, exist_ok=True)
         wanted = {submission.id for submission in self.submissions}
-        earlier = load_results(self.out, str(self.suite.root)) if self.resume else {}
+        earlier = load_results(self.out, str(self.suite.root), self.suite.digests) if self.resume else {}
         done = {key: row for key, row in earlier.items() if key in wanted}
         saved_at = time.monotonic()
 
@@ -154,8 +171,8 @@ class GradingRun:
 
     def _grade_locally(self, todo: list[Submission], record: OnResult) -> None:
         """A thread pool of ``jobs`` workers; on Ctrl-C every run in progress is killed and nothing more recorded."""
-        switch = StopSwitch()
-        with BaseLibrary.build() as base:
+        with BaseLibrary.build() as base, trusted_forkserver() as server:
+            switch = StopSwitch(server)
             with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, self.jobs)) as pool:
                 futures = [pool.submit(grade_safely, sub, self.suite, self.settings, base, switch) for sub in todo]
                 try:

@@ -7,35 +7,37 @@ removed afterwards whatever happens):
 2. make a virtualenv without pip in ``venv/``;
 3. when it has a package or a ``requirements.txt``: ``pip install`` it, in the
    sandbox, under the grading limits and isolation (plus the network);
-4. then copy what the grader controls into a grader directory *beside* the
-   task directory (the child may write anywhere in its task directory):
-   ``tests`` (the instructor tests), ``pytest.ini`` and, unless the test run
-   cannot write the grading run's one base library
-   (:func:`base_library_is_read_only`), ``lib`` (pytest and the reporter); an
-   isolated test run sees these read-only;
-5. run pytest in the sandbox with that configuration only (``-c`` the grader's
-   ini, ``--rootdir`` and ``--confcutdir`` at the tests, the cache plugin
-   off, plugin autoloading off, the reporter loaded with ``-p``), the
-   submission folder as working directory and on ``sys.path``, and the run's
-   nonce on stdin;
+4. copy the worker library (:class:`~cellbox.grading.venvs.BaseLibrary`) into
+   the task directory, and the instructor tests and ``pytest.ini`` into a
+   grader directory *beside* it (never inside: the submission may write
+   anywhere in its task directory);
+5. run the trusted test process (:mod:`cellbox.grading.trusted`) through the
+   sandbox, as the grader's user, with the grader's Python: pytest with that
+   configuration only (``-c`` the grader's ini, ``--rootdir`` and
+   ``--confcutdir`` at the tests, the cache plugin off, plugin autoloading
+   off, the reporter loaded with ``-p``) and the run's nonce on stdin.  It
+   starts the submission's own sandboxed process (the grading limits and
+   isolation) and reaches it only through plain data
+   (:mod:`cellbox.grading.bridge`);
 6. judge the run (:func:`cellbox.verdict.judge`) from pytest's exit status,
    the reporter's evidence and the sandbox's Outcome.
 
-The grader never imports submission code: it only copies files, unpacks zips
-and reads notebook JSON.  A submission's ``conftest.py``, ``pytest.ini``,
-``pyproject.toml``, ``setup.cfg`` and ``tox.ini`` are not read by pytest: the
-tests' folder is not below the submission, the ini is given with ``-c``, and
-conftest files are looked for only from the tests' folder down.
+Neither the grader nor the trusted test process imports submission code: the
+grader copies files, unpacks zips and reads notebook JSON; the test process
+gets plain data back.  A submission's ``conftest.py``, ``pytest.ini``,
+``pyproject.toml``, ``setup.cfg`` and ``tox.ini`` are never read: pytest does
+not look in the submission's folder at all.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import hashlib
+import json
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -43,15 +45,17 @@ from pathlib import Path
 from typing import Any
 
 from ..environment import TaskDirectory
+from ..forkserver import ForkServer
 from ..isolation import Isolation, make_plan, probe
 from ..limits import Limits
 from ..outcome import Outcome, Status
 from ..sandbox import Run, resolve_user, start
 from ..verdict import Verdict, judge
+from .connection import ProcessSpec, offered_modules
 from .evidence import EvidenceRecorder
 from .results import SubmissionResult
 from .submissions import Layout, Submission, SubmissionError, lay_out
-from .venvs import REPORTER_MODULE, BaseLibrary, create_venv, pip_install_command, readable_by_all
+from .venvs import BaseLibrary, create_venv, pip_install_command
 
 __all__ = [
     "Suite",
@@ -59,7 +63,7 @@ __all__ = [
     "GradeSettings",
     "grade_submission",
     "grade_safely",
-    "expected_tests",
+    "collect_tests",
     "file_digests",
     "PYTEST_INI",
     "GRADE_ISOLATION",
@@ -81,49 +85,66 @@ addopts =
 # (the ones it lacks are named in each run's notes; see `cellbox doctor`).
 GRADE_ISOLATION = Isolation(mode="auto")
 
-# Run by the task's interpreter with -I (no PYTHONPATH, no user site, no script
-# directory on sys.path): the grader's library first, then the submission.
-# -I also ignores PYTHONDONTWRITEBYTECODE and PYTHONUNBUFFERED, hence -B and -u:
-# nothing may write bytecode into the instructor's folder.
-BOOT = "import sys; sys.path[:0] = [sys.argv.pop(1), sys.argv.pop(1)]; import pytest; raise SystemExit(pytest.main())"
 TEST_PATTERNS = ("test_*.py", "*_test.py")
 _IGNORED_DIRS = ("__pycache__", ".pytest_cache", ".git")
+# Memory of the trusted test process at least (it holds copies of what the submission returns).
+TRUSTED_MEMORY = 2 * 1024**3
+TRUSTED_PROCESSES = 512  # processes the trusted test process may have beyond the submission's (see trusted_limits)
+FORKED_PROCESSES_MAX = 2048  # above this processes limit, trusted test processes are spawned, not forked
+# Limits of the collection of the instructor tests (once per grading run, no submission).
+COLLECT_LIMITS = Limits(wall_time=120, cpu_time=120, memory=None)
+# What the trusted test processes' fork server imports (not the reporter: it reads its nonce at import).
+TRUSTED_PRELOAD = ("pytest", "_pytest.config", "_pytest.python", "_pytest.unittest", "execnet",
+                   "cellbox.grading.bridge", "cellbox.grading.trusted")
+PYTEST_OPTIONS = ["-p", "no:cacheprovider", "-p", "cellbox.grading.reporter", "--color=no", "--code-highlight=no",
+                  "--tb=short", "-q"]
 
 
 class SuiteError(ValueError):
-    """The instructor tests cannot be used (not found, none in the folder, a syntax error)."""
+    """The instructor tests cannot be used (not found, none collected, a collection error)."""
 
 
-def expected_tests(root: Path, files: tuple[str, ...]) -> tuple[str, ...]:
-    """The tests written in ``files``, read with :mod:`ast` (never run): ``file::name``, ``file::Class::name``.
+def _trusted_argv(config: Path, tests: Path, ini: Path, collect: bool = False) -> list[str]:
+    """The command of the trusted test process (:mod:`cellbox.grading.trusted`), with the grader's Python.
 
-    Top-level functions named ``test*`` and methods named ``test*`` of
-    top-level classes named ``Test*`` (the grader's ``python_functions`` and
-    ``python_classes``).  A run is verified only when it collected each of
-    them and nothing else, which catches a submission that deselects, rewrites
-    or adds tests.  Tests made at run time (a loop over ``globals()``, methods
-    inherited from a base class in another file) are not seen here; write
-    instructor tests as plain functions or methods.
+    ``python -m`` without flags, so that a fork server may run it: the
+    sandbox's environment has no ``PYTHONPATH`` and sets
+    ``PYTHONDONTWRITEBYTECODE`` and ``PYTHONUNBUFFERED``; its home is a new
+    task directory (no user site-packages).
+    """
+    return [sys.executable, "-m", "cellbox.grading.trusted", *(["--collect"] if collect else []),
+            str(config), "--", "-c", str(ini), f"--rootdir={tests}", f"--confcutdir={tests}", *PYTEST_OPTIONS,
+            *(["--collect-only"] if collect else []), str(tests)]
+
+
+def _trusted_env() -> dict[str, str]:
+    return {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
+
+def collect_tests(tests: Path, limits: Limits = COLLECT_LIMITS) -> tuple[str, ...]:
+    """The node ids pytest collects from the instructor tests in ``tests`` (a grader-owned copy), with no submission.
+
+    Every module a test imports that is not found in the grader's environment
+    or the tests' folder is a placeholder (:mod:`cellbox.grading.trusted`), so
+    what is collected does not depend on any submission.
 
     Raises:
-        SuiteError: a test file cannot be read or parsed.
+        SuiteError: a test file does not collect (with pytest's one-line error), or nothing is collected.
     """
-    found = []
-    for name in files:
-        try:
-            tree = ast.parse((root / name).read_bytes(), filename=name)
-        except (OSError, SyntaxError, ValueError) as exc:
-            raise SuiteError(f"{root / name}: cannot be read as Python ({exc})") from None
-        for node in tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
-                found.append(f"{name}::{node.name}")
-            elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-                found.extend(
-                    f"{name}::{node.name}::{item.name}"
-                    for item in node.body
-                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name.startswith("test")
-                )
-    return tuple(found)
+    config = tests.parent / "collect.json"
+    config.write_text(json.dumps({"tests": str(tests)}))
+    ini = tests.parent / "pytest.ini"
+    ini.write_text(PYTEST_INI)
+    nonce = secrets.token_hex(16)
+    recorder = EvidenceRecorder(nonce, None)
+    outcome = start(_trusted_argv(config, tests, ini, collect=True), limits=limits, cwd=tests, env=_trusted_env(),
+                    stdin=nonce + "\n", channel=True, on_message=recorder.feed).wait()
+    if recorder.collect_errors:
+        raise SuiteError(f"the tests do not collect: {recorder.collect_errors[0]}")
+    if recorder.collected is None or outcome.status is not Status.OK:
+        raise SuiteError(f"the tests could not be collected (pytest: {outcome.status.value}, "
+                         f"exit {outcome.exit_code}): {_last_line(outcome)}")
+    return recorder.collected
 
 
 def file_digests(root: Path) -> dict[str, str]:
@@ -151,7 +172,9 @@ class Suite:
     Attributes:
         root: the folder copied into each task as ``grader/tests``.
         files: test files relative to ``root`` (POSIX form).
-        expected: the tests written in them (:func:`expected_tests`).
+        expected: the node ids pytest collects from them (:func:`collect_tests`).
+        digests: SHA-256 of each instructor file copied into a task, by relative path
+            (``--resume`` compares them with the first run's).
         only: when ``--tests`` named one file: the files copied (it and a
             ``conftest.py`` beside it); ``None`` copies the whole folder.
     """
@@ -160,6 +183,7 @@ class Suite:
     files: tuple[str, ...]
     expected: tuple[str, ...]
     only: tuple[str, ...] | None = None
+    digests: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def find(cls, path: str | os.PathLike[str]) -> Suite:
@@ -167,7 +191,7 @@ class Suite:
 
         Raises:
             SuiteError: nothing there, no ``test_*.py`` / ``*_test.py`` file, no
-                test in them, or a file that does not parse.
+                test collected from them, or a file that does not collect.
         """
         given = Path(path).resolve()
         if given.is_file() and given.suffix == ".py":
@@ -187,10 +211,19 @@ class Suite:
 
     @classmethod
     def _checked(cls, root: Path, files: tuple[str, ...], only: tuple[str, ...] | None, given: object) -> Suite:
-        expected = expected_tests(root, files)
+        suite = cls(root=root, files=files, expected=(), only=only)
+        folder = Path(tempfile.mkdtemp(prefix="cellbox-collect-"))
+        try:
+            tests = suite.copy_to(folder / "tests")
+            digests = file_digests(tests)
+            expected = collect_tests(tests)
+        except SuiteError as exc:
+            raise SuiteError(f"{given}: {exc}") from None
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
         if not expected:
-            raise SuiteError(f"{given}: no tests found (functions named test* in {', '.join(files)})")
-        return cls(root=root, files=files, expected=expected, only=only)
+            raise SuiteError(f"{given}: no tests found (pytest collected nothing from {', '.join(files)})")
+        return dataclasses.replace(suite, expected=expected, digests=digests)
 
     def copy_to(self, dest: Path) -> Path:
         """Copy the tests into ``dest`` (a new folder) and return it."""
@@ -208,6 +241,7 @@ class Suite:
             "files": list(self.files),
             "expected": list(self.expected),
             "only": list(self.only) if self.only else None,
+            "digests": self.digests,
         }
 
     @classmethod
@@ -218,6 +252,7 @@ class Suite:
             files=tuple(data["files"]),
             expected=tuple(data["expected"]),
             only=tuple(only) if only else None,
+            digests=dict(data.get("digests") or {}),
         )
 
 
@@ -229,15 +264,18 @@ class GradeSettings:
         limits: the sandbox limits of the install and of the test run (each).
         find_links: a folder or URL of wheels pip may install from (``--find-links``).
         task_root: the folder task directories are made in (default: the system temp folder).
-        isolation: the namespace layers of both runs (:class:`~cellbox.isolation.Isolation`);
-            the install also gets the network (pip needs the index), the test run
-            sees the grader's files read-only.
+        isolation: the namespace layers of the install and of the submission's
+            process (:class:`~cellbox.isolation.Isolation`); the install also
+            gets the network (pip needs the index).
+        test_timeout: seconds each test may spend in calls into the submission
+            when it has no ``timeout`` marker; ``None``: only the whole run's wall time.
     """
 
     limits: Limits = Limits()
     find_links: str | None = None
     task_root: str | None = None
     isolation: Isolation = GRADE_ISOLATION
+    test_timeout: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -245,6 +283,7 @@ class GradeSettings:
             "find_links": self.find_links,
             "task_root": self.task_root,
             "isolation": dataclasses.asdict(self.isolation),
+            "test_timeout": self.test_timeout,
         }
 
     @classmethod
@@ -254,6 +293,7 @@ class GradeSettings:
             find_links=data.get("find_links"),
             task_root=data.get("task_root"),
             isolation=Isolation.from_options(**data["isolation"]),
+            test_timeout=data.get("test_timeout"),
         )
 
     def child_owner(self) -> tuple[int, int] | None:
@@ -297,33 +337,6 @@ def _install(layout: Layout, python: Path, space: _Workspace, settings: GradeSet
                      isolation=isolation)
 
 
-def _pytest_argv(python: Path, lib: Path, layout: Layout, grader: Path) -> list[str]:
-    tests = grader / "tests"
-    return [
-        str(python),
-        "-I",
-        "-B",
-        "-u",
-        "-c",
-        BOOT,
-        str(lib),
-        str(layout.root),
-        "-c",
-        str(grader / "pytest.ini"),
-        f"--rootdir={tests}",
-        f"--confcutdir={tests}",
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        REPORTER_MODULE,
-        "--color=no",
-        "--code-highlight=no",
-        "--tb=short",
-        "-q",
-        str(tests),
-    ]
-
-
 def _digest(path: Path) -> str:
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()
@@ -343,9 +356,14 @@ class StopSwitch:
     Thread-safe: :meth:`run` is called from the grading threads, :meth:`stop`
     from the thread that caught the interrupt.  A run started after
     :meth:`stop` is killed as soon as it starts.
+
+    Args:
+        forkserver: a warm server the trusted test processes of this grading
+            run are forked from (:func:`trusted_forkserver`), or ``None`` to spawn them.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, forkserver: ForkServer | None = None) -> None:
+        self.forkserver = forkserver
         self._lock = threading.Lock()
         self._runs: set[Run] = set()
         self.stopped = False
@@ -377,9 +395,10 @@ class StopSwitch:
 class _Workspace:
     """One submission's directories: the task directory (the child's) and the grader's, beside it.
 
-    The grader's directory (pytest, the reporter, the tests, the ini) is not
-    inside the task directory, which the child may write everywhere; under
-    isolation it is shown to the test run read-only (bubblewrap bind, Landlock).
+    The grader's directory (the copy of the tests, the ini, the trusted
+    process's config) is not inside the task directory, which the
+    submission's processes may write everywhere; with the ``fs`` isolation
+    layer they do not see it at all.
     """
 
     task: TaskDirectory
@@ -411,38 +430,50 @@ class _Workspace:
                 os.chown(os.path.join(folder, name), *self.owner, follow_symlinks=False)
         os.chown(path, *self.owner)
 
-    def open_grader(self) -> None:
-        """Let every user read the grader's directory (a+rX); nobody but the grader may write it."""
-        readable_by_all(self.grader)
-
     def remove(self) -> None:
         self.task.remove()
         shutil.rmtree(self.grader, ignore_errors=True)
 
 
-def base_library_is_read_only(isolation: Isolation) -> bool:
-    """Whether test runs under ``isolation`` cannot write the base library, so all may share the one copy.
+def trusted_forkserver() -> ForkServer:
+    """A started fork server for the trusted test processes of one grading run (pytest and the bridge imported).
 
-    True only when the plan (:func:`~cellbox.isolation.make_plan`) runs the
-    children as another user than this process (root plus the ``user`` layer:
-    ``nobody``), to whom the library is 0644 files in 0755 folders owned by the
-    grader (see :class:`~cellbox.grading.venvs.BaseLibrary`).  A read-only view
-    alone is not enough: without the ``user`` layer a root child keeps its
-    capabilities and can remount the bind read-write (``mount -o remount,rw``).
-    Otherwise each task gets its own copy: a submission could change a shared
-    one for the submissions graded with it and after it.
+    Saves each submission the imports of pytest, the bridge and execnet (a
+    few hundred milliseconds of CPU).  Nothing of a submission ever runs in it
+    or in what it forks.  Close it when the grading run ends.
     """
-    plan = make_plan(isolation, probe(), user=None)
-    return plan.user is not None and resolve_user(plan.user)[0] != os.geteuid()
+    return ForkServer(preload=list(TRUSTED_PRELOAD), warm=None).start()
 
 
-def _grader_files(space: _Workspace, suite: Suite, base: BaseLibrary, shared: bool) -> Path:
-    """Copy in ``tests`` and ``pytest.ini``, and ``lib`` (pytest and the reporter) unless ``shared``; return the lib."""
-    lib = base.shared() if shared else base.copy_to(space.grader / "lib")
-    suite.copy_to(space.grader / "tests")
-    (space.grader / "pytest.ini").write_text(PYTEST_INI)
-    space.open_grader()
-    return lib
+def trusted_limits(limits: Limits) -> Limits:
+    """The limits of the trusted test process: the run's wall time; CPU, memory and processes to spare.
+
+    Its CPU is pytest's, not the submission's (each submission process has the
+    grading limits of its own), so it gets the whole wall time.
+    """
+    memory = None if limits.memory is None else max(limits.memory, TRUSTED_MEMORY)
+    # Its processes limit must stay above what it starts the submission's process with: without a pids cgroup
+    # (not root) that limit is RLIMIT_NPROC, counted on top of the user's processes at each start, and a
+    # child cannot raise the hard limit it inherited.
+    # Likewise it stays below the fork server's own (4096, see cellbox.forkserver), when it is forked from one.
+    return limits.replace(cpu_time=max(limits.cpu_time, limits.wall_time), memory=memory,
+                          processes=limits.processes + TRUSTED_PROCESSES)
+
+
+def _run_config(space: _Workspace, layout: Layout, python: Path, lib: Path, settings: GradeSettings) -> Path:
+    """Write the trusted process's config (how to start the submission's process) into the grader directory."""
+    venv = python.parent.parent
+    spec = ProcessSpec(python=str(python), lib=str(lib), root=str(layout.root), task=str(space.task.path),
+                       limits=settings.limits, isolation=settings.isolation, env=_venv_env(venv))
+    config = {
+        "tests": str(space.grader / "tests"),
+        "offered": offered_modules(layout.root, venv),
+        "test_timeout": settings.test_timeout,
+        "process": spec.to_json(),
+    }
+    path = space.grader / "bridge.json"
+    path.write_text(json.dumps(config))
+    return path
 
 
 def _instructor_digests(grader: Path) -> dict[str, str]:
@@ -452,23 +483,28 @@ def _instructor_digests(grader: Path) -> dict[str, str]:
 def _run_tests(
     space: _Workspace, layout: Layout, python: Path, suite: Suite, settings: GradeSettings, base: BaseLibrary
 ) -> tuple[EvidenceRecorder, Outcome]:
-    """Run the instructor tests in the sandbox; return what the reporter said and how the run ended."""
-    shared = base_library_is_read_only(settings.isolation)
-    lib = _grader_files(space, suite, base, shared)
+    """Run the trusted test process; return what the reporter said and how the run ended."""
+    lib = base.copy_to(space.task.path / "lib")
+    tests = suite.copy_to(space.grader / "tests")
+    (space.grader / "pytest.ini").write_text(PYTEST_INI)
+    config = _run_config(space, layout, python, lib, settings)
     before = _instructor_digests(space.grader)
     nonce = secrets.token_hex(16)
     recorder = EvidenceRecorder(nonce, suite.expected)
-    read_only = (*settings.isolation.read_only, str(space.grader), *([str(lib)] if shared else []))
-    isolation = dataclasses.replace(settings.isolation, read_only=read_only)
-    outcome = space.run(
-        _pytest_argv(python, lib, layout, space.grader),
-        limits=settings.limits,
-        cwd=layout.root,
-        env=_venv_env(python.parent.parent),
+    # Its own task directory (not the submission's), as the grader's user, no namespaces: it starts the
+    # submission's sandbox itself, and never runs the submission's code.
+    limits = trusted_limits(settings.limits)
+    forkserver = space.switch.forkserver if limits.processes <= FORKED_PROCESSES_MAX else None
+    outcome = space.switch.run(
+        _trusted_argv(config, tests, space.grader / "pytest.ini"),
+        limits=limits,
+        cwd=tests,
+        env=_trusted_env(),
         stdin=nonce + "\n",
         channel=True,
         on_message=recorder.feed,
-        isolation=isolation,
+        isolation=Isolation(mode="none"),
+        forkserver=forkserver,
     )
     recorder.check_files(before, _instructor_digests(space.grader))
     return recorder, outcome
@@ -498,6 +534,7 @@ def _grade_in(
         running=recorder.running,
         install=install.to_json() if install else None,
         run=outcome.to_json(),
+        submission_runs=recorder.runs,
     )
 
 
