@@ -35,6 +35,7 @@ execnet refuses a remote execution request from the worker's side.
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -613,18 +614,21 @@ def _bridge() -> Bridge:
     return _BRIDGE
 
 
-def submission_module(name: str) -> StandInModule:
+def submission_module(name: str) -> Any:
     """A module as the submission's process has it (``os``, ``subprocess``...), for checks in its world.
 
     ``submission_module("os").path.exists(path)`` runs there: what the
     submission wrote, the processes it started and its environment are seen
     as it sees them.  Its code could have changed that module, so a check made
-    this way is only as honest as the submission.
+    this way is only as honest as the submission.  Outside ``cellbox grade``
+    (the instructor's own plain ``pytest`` run, where the submission is
+    imported into the test process) it is this process's module.
 
     Raises:
-        RuntimeError: not in a grading run.
         ModuleNotFoundError: no such module there.
     """
+    if _BRIDGE is None:
+        return importlib.import_module(name)
     bridge = _bridge()
     module = StandInModule(name)
     module.__dict__["__cellbox_bridge__"] = bridge

@@ -22,7 +22,7 @@ from .. import __version__
 from ..isolation import describe
 from .results import SubmissionResult
 from .submissions import Submission
-from .task import GradeSettings, StopSwitch, Suite, grade_safely, trusted_forkserver
+from .task import GradeSettings, StopSwitch, Suite, TrustedServers, grade_safely
 from .venvs import BaseLibrary
 
 __all__ = ["GradingRun", "ResumeError", "load_results", "save_results", "RESULTS_FILE"]
@@ -171,8 +171,8 @@ class GradingRun:
 
     def _grade_locally(self, todo: list[Submission], record: OnResult) -> None:
         """A thread pool of ``jobs`` workers; on Ctrl-C every run in progress is killed and nothing more recorded."""
-        with BaseLibrary.build() as base, trusted_forkserver() as server:
-            switch = StopSwitch(server)
+        with BaseLibrary.build() as base, TrustedServers(self.jobs) as servers:
+            switch = StopSwitch(servers)
             with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, self.jobs)) as pool:
                 futures = [pool.submit(grade_safely, sub, self.suite, self.settings, base, switch) for sub in todo]
                 try:

@@ -31,16 +31,19 @@ not look in the submission's folder at all.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
+import queue
 import secrets
 import shutil
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -358,12 +361,12 @@ class StopSwitch:
     :meth:`stop` is killed as soon as it starts.
 
     Args:
-        forkserver: a warm server the trusted test processes of this grading
-            run are forked from (:func:`trusted_forkserver`), or ``None`` to spawn them.
+        forkservers: the warm servers the trusted test processes of this grading
+            run are forked from (:class:`TrustedServers`), or ``None`` to spawn them.
     """
 
-    def __init__(self, forkserver: ForkServer | None = None) -> None:
-        self.forkserver = forkserver
+    def __init__(self, forkservers: TrustedServers | None = None) -> None:
+        self.forkservers = forkservers
         self._lock = threading.Lock()
         self._runs: set[Run] = set()
         self.stopped = False
@@ -381,6 +384,15 @@ class StopSwitch:
         finally:
             with self._lock:
                 self._runs.discard(started)
+
+    @contextlib.contextmanager
+    def forkserver(self) -> Iterator[ForkServer | None]:
+        """A fork server no other thread is using for the while, or ``None`` (spawn)."""
+        if self.forkservers is None:
+            yield None
+            return
+        with self.forkservers.lease() as server:
+            yield server
 
     def stop(self) -> None:
         """Kill every run in progress (their status becomes ``interrupted``)."""
@@ -435,14 +447,40 @@ class _Workspace:
         shutil.rmtree(self.grader, ignore_errors=True)
 
 
-def trusted_forkserver() -> ForkServer:
-    """A started fork server for the trusted test processes of one grading run (pytest and the bridge imported).
+class TrustedServers:
+    """Warm fork servers for the trusted test processes of one grading run (pytest and the bridge imported).
 
-    Saves each submission the imports of pytest, the bridge and execnet (a
-    few hundred milliseconds of CPU).  Nothing of a submission ever runs in it
-    or in what it forks.  Close it when the grading run ends.
+    They save each submission the imports of pytest, the bridge and execnet (a
+    few hundred milliseconds of CPU).  Nothing of a submission ever runs in
+    them or in what they fork.  A fork server's session takes one run at a
+    time, so there is one per grading thread (``count``); close them when the
+    grading run ends.
     """
-    return ForkServer(preload=list(TRUSTED_PRELOAD), warm=None).start()
+
+    def __init__(self, count: int) -> None:
+        self._servers = [ForkServer(preload=list(TRUSTED_PRELOAD), warm=None).start() for _ in range(max(1, count))]
+        self._free: queue.SimpleQueue[ForkServer] = queue.SimpleQueue()
+        for server in self._servers:
+            self._free.put(server)
+
+    @contextlib.contextmanager
+    def lease(self) -> Iterator[ForkServer]:
+        """One server, no other thread's until the block ends."""
+        server = self._free.get()
+        try:
+            yield server
+        finally:
+            self._free.put(server)
+
+    def close(self) -> None:
+        for server in self._servers:
+            server.close()
+
+    def __enter__(self) -> TrustedServers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def trusted_limits(limits: Limits) -> Limits:
@@ -494,18 +532,18 @@ def _run_tests(
     # Its own task directory (not the submission's), as the grader's user, no namespaces: it starts the
     # submission's sandbox itself, and never runs the submission's code.
     limits = trusted_limits(settings.limits)
-    forkserver = space.switch.forkserver if limits.processes <= FORKED_PROCESSES_MAX else None
-    outcome = space.switch.run(
-        _trusted_argv(config, tests, space.grader / "pytest.ini"),
-        limits=limits,
-        cwd=tests,
-        env=_trusted_env(),
-        stdin=nonce + "\n",
-        channel=True,
-        on_message=recorder.feed,
-        isolation=Isolation(mode="none"),
-        forkserver=forkserver,
-    )
+    with space.switch.forkserver() as server:
+        outcome = space.switch.run(
+            _trusted_argv(config, tests, space.grader / "pytest.ini"),
+            limits=limits,
+            cwd=tests,
+            env=_trusted_env(),
+            stdin=nonce + "\n",
+            channel=True,
+            on_message=recorder.feed,
+            isolation=Isolation(mode="none"),
+            forkserver=server if limits.processes <= FORKED_PROCESSES_MAX else None,
+        )
     recorder.check_files(before, _instructor_digests(space.grader))
     return recorder, outcome
 
