@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -16,6 +17,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import nbformat
 import pytest
@@ -333,6 +335,26 @@ def _worked_defs(lesson, *names: str) -> str:  # type: ignore[no-untyped-def]
     return "\n".join(wanted)
 
 
+def _run_and_reap(argv: list[str], **options: Any) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run`` in a process group of its own, killed afterwards.
+
+    A wrong attempt may leave a child running (a timeout without a kill is one
+    of the lessons' own mistakes): it must not outlive the test.
+    """
+    timeout = options.pop("timeout")
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **options
+    ) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+
+
 def run_check(number: int, name: str, exercise: str | None = None, context: str = "") -> str:
     """The line the check cell of exercise ``name`` prints, with ``exercise`` as the student's cell."""
     lesson = LESSON[number]
@@ -344,7 +366,7 @@ def run_check(number: int, name: str, exercise: str | None = None, context: str 
         context, *exercises,
         _cell(lesson, f"check-{name}").solution,
     ])
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=LESSONS, timeout=180)
+    done = _run_and_reap([sys.executable, "-c", script], cwd=LESSONS, timeout=180)
     lines = [line for line in done.stdout.splitlines() if line[:1] in (PASS, FAIL, TODO)]
     assert len(lines) == 1 and done.returncode == 0, (done.stdout, done.stderr)
     return lines[0]
@@ -362,10 +384,10 @@ def run_hidden_tests(number: int, tmp: Path, name: str | None = None, exercise: 
     (tmp / "pytest.ini").write_text("[pytest]\n")
     report = tmp / "report.xml"
     env = {**os.environ, "PYTHONPATH": str(tmp), "PYTHONDONTWRITEBYTECODE": "1"}
-    done = subprocess.run(
+    done = _run_and_reap(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(tmp / "pytest.ini"),
          "--rootdir", str(tmp), f"--junitxml={report}", str(LESSONS / "grading" / f"test_lesson{number:02d}.py")],
-        capture_output=True, text=True, cwd=tmp, env=env, timeout=300,
+        cwd=tmp, env=env, timeout=300,
     )
     said = f"pytest exit {done.returncode}: {done.stdout[-2000:]} {done.stderr[-2000:]}"
     assert report.exists(), f"no report: {said}"

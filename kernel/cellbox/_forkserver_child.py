@@ -71,7 +71,7 @@ from cellbox import _launch
 # the channel's two only when the run has them).
 HANDOFF_NAMES = ("status", "control", "stdout", "stderr", "stdin", "message", "reply")
 MAX_MESSAGE = 1024 * 1024
-MAX_FDS = len(HANDOFF_NAMES) + 1
+MAX_FDS = len(HANDOFF_NAMES) + 2  # and, from the keeper to a snapshot, "go" and "snapshot"
 PR_SET_NAME = 15
 PR_SET_DUMPABLE = 4
 SNAPSHOT_NAME = b"cellbox-snap"
@@ -459,8 +459,12 @@ def fork_run(sock, request, fds):
         try:
             os.close(pid_w)
             sock.close()
-            # The command waits, stopped, until the keeper has checked the reply and continues it.
-            os.kill(os.getpid(), signal.SIGSTOP)
+            # The command waits until the keeper has checked the reply: one byte to go,
+            # end of file not to (the snapshot's reply named another process).
+            go = named.pop("go")
+            if os.read(go, 1) != b"x":
+                os._exit(0)
+            os.close(go)
             return command_main(request, named)  # returns only in the next snapshot
         except BaseException:  # noqa: BLE001 - never back into this snapshot's loop as a command
             os._exit(1)
@@ -785,7 +789,6 @@ class Keeper:
                         _launch.note(named["status"], problem)
                     self.run = Run(request, named, pid, following)
                     self.run.refusals_before = self.pids_refusals()
-                    os.kill(pid, signal.SIGCONT)  # it stopped itself right after its fork
                     return {"pid": pid}
         finally:
             # The command has its own copies now; the keeper keeps only status and control.
@@ -806,14 +809,19 @@ class Keeper:
         following = theirs = None
         if request.get("snapshot"):
             following, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        names = [name for name in named if name != "control"] + (["snapshot"] if theirs else [])
-        carried = [named[name] for name in names if name != "snapshot"] + ([theirs.fileno()] if theirs else [])
+        go_r, go_w = os.pipe()
+        names = [name for name in named if name != "control"] + ["go"] + (["snapshot"] if theirs else [])
+        carried = [named[name] for name in names if name not in ("go", "snapshot")] + [go_r]
+        carried += [theirs.fileno()] if theirs else []
         try:
             pid = source.fork(dict(request, handoff=names), carried, self.keepers())
+            os.write(go_w, b"x")
             return pid, following, None
         except OSError as exc:
             problem = exc.strerror or str(exc)
         finally:
+            os.close(go_r)
+            os.close(go_w)  # the command that was not told to go reads end of file, and leaves
             if theirs is not None:
                 theirs.close()
         if following is not None:
