@@ -144,3 +144,20 @@ def test_install_can_ask_for_isolation(tmp_path: Path) -> None:
         "--CellboxKernel.network=True",
         "--CellboxKernel.start_method=spawn",
     ]
+
+
+def test_install_says_which_spec_jupyter_will_start_when_another_comes_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The environment's own "cellbox" spec comes first on Jupyter's search path in a virtualenv
+    # (JUPYTER_PREFER_ENV_PATH): a spec of the same name installed elsewhere is not the one started.
+    chosen = KernelSpecManager().find_kernel_specs()["cellbox"]
+    assert main(["install", "--prefix", str(tmp_path), "--isolation", "none"]) == 0
+    err = capsys.readouterr().err
+    assert err == (
+        f"cellbox: note: Jupyter will start the kernelspec cellbox in {chosen}, which comes before this one on its "
+        "search path: install with --sys-prefix (or the same --prefix) to change that one, or give this one "
+        "another --name\n"
+    )
+    assert main(["install", "--prefix", str(tmp_path), "--name", "cellbox-elsewhere"]) == 0
+    assert capsys.readouterr().err == ""

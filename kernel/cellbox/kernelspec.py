@@ -222,6 +222,16 @@ def _cmd_install(args: argparse.Namespace) -> int:
         except PermissionError as exc:
             raise UsageError(f"cannot write {exc.filename}: permission denied; use --user or --sys-prefix") from None
     print(f"Installed kernelspec {args.name} ({display}) in {dest}")
+    chosen = KernelSpecManager().find_kernel_specs().get(args.name)
+    if chosen and os.path.realpath(chosen) != os.path.realpath(dest):
+        # Jupyter takes the first spec of a name on its search path (jupyter --paths; in a
+        # virtualenv its own share/jupyter comes before the user's, JUPYTER_PREFER_ENV_PATH).
+        print(
+            f"cellbox: note: Jupyter will start the kernelspec {args.name} in {chosen}, which comes before this one "
+            "on its search path: install with --sys-prefix (or the same --prefix) to change that one, or give "
+            "this one another --name",
+            file=sys.stderr,
+        )
     return 0
 
 
