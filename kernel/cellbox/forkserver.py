@@ -52,6 +52,7 @@ from .environment import TaskDirectory, build_environment
 from .isolation import BWRAP_LAYERS, Isolation, landlock_rules, make_plan, probe
 from .limits import Limits
 from .outcome import Outcome
+from .sandbox import ForkServerError, start
 
 __all__ = ["ForkServer", "ForkServerError", "DEFAULT_PRELOAD", "default_preload", "START_METHODS"]
 
@@ -77,10 +78,6 @@ CLOSE_TIMEOUT = 5.0
 READY_TIMEOUT = 120.0
 # The layers a session is set up with once; a run's Landlock layer is the session's.
 SESSION_LAYERS = (*BWRAP_LAYERS, "landlock")
-
-
-class ForkServerError(RuntimeError):
-    """The session could not take a run (it died, timed out, was busy or refused); the run is spawned instead."""
 
 
 def default_preload() -> list[str]:
@@ -129,7 +126,6 @@ class _Server:
     """One started session: its keeper's sandbox run, its socket, its state."""
 
     def __init__(self, setup: _Setup) -> None:
-        from .sandbox import start  # the core imports this module's type only
 
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.ready = threading.Event()

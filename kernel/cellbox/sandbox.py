@@ -39,7 +39,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .environment import TaskDirectory, build_environment
 from .isolation import (
@@ -55,9 +55,6 @@ from .isolation import (
 )
 from .limits import Limits, format_size
 from .outcome import Outcome, Status
-
-if TYPE_CHECKING:
-    from .forkserver import ForkServer
 
 __all__ = [
     "run",
@@ -87,6 +84,31 @@ CHANNEL_TOTAL_MAX = 128 * 1024**2
 CHANNEL_FDS = (3, 4)
 _MEMORY_ERROR_RE = re.compile(r"^(?:[\w.]+\.)?MemoryError\b")
 _MEMORY_SIGNALS = {signal.SIGKILL, signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS}
+
+
+class ForkServerError(RuntimeError):
+    """A fork server could not take a run (it died, timed out, was busy or refused); the run is spawned instead."""
+
+
+class ForkServer(Protocol):
+    """What :func:`start` asks of a fork server (:class:`cellbox.forkserver.ForkServer` is the one).
+
+    Declared here so the core never imports the session above it.
+    """
+
+    @property
+    def notes(self) -> list[str]: ...
+
+    @property
+    def cgroup_layers(self) -> list[str]: ...
+
+    def refusal(self, argv: Sequence[str], limits: Limits, layers: Sequence[str]) -> str | None: ...
+
+    def spawned(self) -> None: ...
+
+    def hand_off(self, request: dict[str, Any], fds: Sequence[int]) -> tuple[int, Any, Any]: ...
+
+    def abandon(self) -> None: ...
 
 
 class SandboxError(RuntimeError):
@@ -474,8 +496,6 @@ class Run:
         ``child_side`` is ``[control_r, status_w, message_w, reply_r]`` (the
         channel's two only with a channel), as created for the launcher.
         """
-        from .forkserver import ForkServerError
-
         server = self._forkserver
         if server is None or not self._forked_ok:
             return None
