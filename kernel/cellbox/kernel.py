@@ -68,6 +68,8 @@ STREAM_DELAY = 0.05
 TASK_PREFIX = "cellbox-kernel-"
 # In the task directory: the kernel's pid (to find directories of killed kernels).
 PID_FILE = "cellbox-kernel.pid"
+# Seconds of idleness after a reply before completion warms up (jedi's first analysis).
+WARM_UP_IDLE = 2.0
 # Seconds the first cell waits for the session to be ready before it is spawned instead.
 SESSION_READY_TIMEOUT = 120.0
 # The traceback's last line for a cell whose state is not kept (design: one line says so).
@@ -231,16 +233,28 @@ class CellboxKernel(Kernel):
         # environment (the connection key is there): prctl(2) PR_SET_DUMPABLE.
         _not_dumpable()
         self._completion_warmed = False
+        self._warm_up_timer: asyncio.TimerHandle | None = None
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
 
-    def _warm_up_completion(self) -> None:
-        """Pay the first completion's cost (jedi's start-up, seconds) in a thread, once.
+    def _warm_up_later(self) -> None:
+        """Warm completion up once the kernel has been idle :data:`WARM_UP_IDLE` seconds (after a reply).
 
-        Started when the first cell has its reply: before it, the thread would
-        hold the GIL the kernel needs to answer that cell.
+        jedi's first analysis takes seconds of CPU: started at once, it would
+        compete with the next cells of a notebook run headless (nbclient,
+        papermill), and with their shutdown, for a small machine's cores.  A
+        student who stops to type gives it the time instead.
         """
         if self._completion_warmed:
+            return
+        if self._warm_up_timer is not None:
+            self._warm_up_timer.cancel()
+        self._warm_up_timer = asyncio.get_running_loop().call_later(WARM_UP_IDLE, self._warm_up_completion)
+
+    def _warm_up_completion(self) -> None:
+        """Pay the first completion's cost (jedi's start-up, seconds) in a thread, once."""
+        self._warm_up_timer = None
+        if self._completion_warmed or self._running is not None:
             return
         self._completion_warmed = True
         from .completion import warm_up
@@ -364,7 +378,7 @@ class CellboxKernel(Kernel):
         cell.flush()
         self._settle(cell, outcome)
         reply = self._finish(cell, outcome, body)
-        asyncio.get_running_loop().call_soon(self._warm_up_completion)  # after the reply is sent
+        self._warm_up_later()
         return reply
 
     async def _session_ready(self) -> None:
