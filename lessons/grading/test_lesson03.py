@@ -2,11 +2,11 @@
 
 import importlib
 import os
-import subprocess
-import sys
 import time
 
 import pytest
+
+from cellbox.grading.bridge import submission_module, submission_tmp_path
 
 NOTEBOOK, MODULE = "03-timeouts.ipynb", "nb_03_timeouts"
 
@@ -37,49 +37,60 @@ def test_run_with_timeout_times_out_without_raising(nb):
 
 
 def _gone(pid):
+    """The notebook's child ``pid`` has exited (a zombie counts), seen from the notebook's own process."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        stat = submission_module("pathlib").Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
 
 
 def _wait_for(path):
+    where = submission_module("pathlib").Path(path)
     for _ in range(200):
-        if path.exists() and path.read_text():
-            return int(path.read_text())
+        if where.exists() and where.read_text():
+            return int(where.read_text())
         time.sleep(0.05)
     raise AssertionError("the child never wrote its pid")
 
 
-def test_run_with_timeout_leaves_no_child_running(nb, tmp_path):
-    pid_file = tmp_path / "pid"
-    code = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+def test_run_with_timeout_leaves_no_child_running(nb):
+    pid_file = os.path.join(submission_tmp_path(), "pid")
+    code = f"import os, time; open({pid_file!r}, 'w').write(str(os.getpid())); time.sleep(60)"
     assert nb.run_with_timeout(code, 2) == "timed_out"
     pid = _wait_for(pid_file)
     try:
         assert _gone(pid), "the child was still running: Popen.wait(timeout) does not kill"
     finally:
         if not _gone(pid):
-            os.kill(pid, 9)
+            submission_module("os").kill(pid, 9)
 
 
-def test_run_with_timeout_missing_interpreter_is_not_a_timeout(nb, monkeypatch):
-    monkeypatch.setattr(sys, "executable", "/nonexistent/python3")
+def test_run_with_timeout_missing_interpreter_is_not_a_timeout(nb):
+    their_sys = submission_module("sys")
+    real = their_sys.executable
+    their_sys.executable = "/nonexistent/python3"
     try:
         got = nb.run_with_timeout("pass", 5)
     except OSError:
         got = "raised"
+    finally:
+        their_sys.executable = real
     assert got != "timed_out"
 
 
+def _child(code):
+    """A child of the notebook's own process (Popen there), running ``code``."""
+    return submission_module("subprocess").Popen([submission_module("sys").executable, "-c", code])
+
+
 def test_wait_or_kill_returns_the_return_code(nb):
-    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(7)"])
+    proc = _child("raise SystemExit(7)")
     assert nb.wait_or_kill(proc, 20) == 7
 
 
 def test_wait_or_kill_kills_and_collects_at_the_deadline(nb):
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    proc = _child("import time; time.sleep(60)")
     started = time.monotonic()
     try:
         assert nb.wait_or_kill(proc, 0.5) is None
