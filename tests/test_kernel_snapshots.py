@@ -304,6 +304,7 @@ def test_work_a_cell_leaves_in_its_snapshot_does_not_run_between_cells(
     code = """
 import os, threading, time
 def tick():
+    time.sleep(0.2)  # past the fork's own work: a snapshot that ran would tick from here on
     while True:
         with open('ticks.txt', 'a') as f:
             f.write('.')

@@ -182,11 +182,13 @@ def test_setsid_daemon_holding_stdout_is_killed_and_does_not_delay_the_result() 
     mark = marker()
     code = """
         import os, time
-        if os.fork() == 0:
+        child = os.fork()
+        if child == 0:
             os.setsid()
             if os.fork() == 0:        # double fork: re-parented away from the command
                 time.sleep(1000)      # and still holding stdout open
             os._exit(0)
+        os.waitpid(child, 0)          # only the daemon is left when the command ends
         print("parent done", flush=True)
     """
     start = time.monotonic()

@@ -24,11 +24,17 @@ Who is who (one session)::
   control pipe (``interrupt``, ``kill``), reaps, kills every process of the run
   when its command ends, and writes the launcher's JSON exit record on the
   status pipe.
-* A **snapshot** is a process image that holds a session's state.  It is
-  stopped (SIGSTOP) while nobody needs it, so no work of a cell runs between
-  cells; the keeper continues it to fork one run, then stops it again.  It
-  forks twice, so the run's command is re-parented to the keeper, which alone
-  waits for it (its exit status and rusage come from wait4(2) in the keeper).
+* A **snapshot** is a process image that holds a session's state, so it
+  holds a cell's memory: nothing it says is trusted.  It is not dumpable (no
+  later cell may trace it or write its memory), and stopped (SIGSTOP) while
+  nobody needs it, so no work of a cell runs between cells; the keeper
+  continues it to fork one run, then stops it again.  It forks twice, so the
+  run's command is re-parented to the keeper, which alone waits for it (its
+  exit status and rusage come from wait4(2) in the keeper).  The command
+  waits for one byte on a pipe from the keeper, written only once the keeper
+  has checked that the pid the snapshot named is its own child; a snapshot
+  that names another is dropped with whatever it started, and the run is
+  forked from the snapshot before it.
 * A **run's command** applies the run's limits (soft limits: a snapshot keeps
   the hard limits it started with, so a later cell can be given more) and runs
   its module.  When the run asks for a snapshot and its command finishes the
@@ -840,12 +846,7 @@ class Keeper:
         if snapshot is self.base:
             self.base = None
         spared = self.keepers()
-        for pid in subtree(os.getpid()):
-            if pid not in spared:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+        _launch.kill_processes(None, [pid for pid in subtree(os.getpid()) if pid not in spared])
         self.reap()
 
     def set_processes(self, request):
@@ -888,12 +889,8 @@ class Keeper:
     def enforce_cpu(self):
         """SIGKILL each process of the run whose CPU time reached the run's hard limit (soft + 1 s, setrlimit(2))."""
         run, spared = self.run, self.keepers()
-        for pid in subtree(os.getpid()):
-            if pid not in spared and cpu_seconds(pid) >= run.cpu_hard:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+        spent = [pid for pid in subtree(os.getpid()) if pid not in spared and cpu_seconds(pid) >= run.cpu_hard]
+        _launch.kill_processes(None, spent)
 
     def on_control(self):
         run = self.run
@@ -962,16 +959,7 @@ class Keeper:
             # child) is the run's, and dies with it.
             pids = [pid for pid in subtree(os.getpid()) if pid not in spared]
             run.killed.update(pid for pid in pids if pid != run.pid)
-            if run.status is None:
-                try:
-                    os.killpg(run.pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            _launch.kill_processes(run.pid if run.status is None else None, pids)
             self.reap()
             if not pids and run.status is not None:
                 return

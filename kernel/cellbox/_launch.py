@@ -478,6 +478,20 @@ def descendants(root, extra_pids=()):
     return [p for p in found if state.get(p) != b"Z"]
 
 
+def kill_processes(group, pids):
+    """SIGKILL the process group ``group`` (unless ``None``) and each of ``pids``; those already gone are skipped."""
+    if group is not None:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except OSError:
+            pass
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def cgroup_pids(path):
     if not path:
         return []
@@ -525,16 +539,7 @@ class Supervisor:
             # zombies, and the count of processes stopped would come out short.
             pids = descendants(me, cgroup_pids(self.spec.get("cgroup")))
             self.killed.update(pid for pid in pids if pid != self.child)
-            if self.child_status is None:
-                try:
-                    os.killpg(self.child, signal.SIGKILL)
-                except OSError:
-                    pass
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            kill_processes(self.child if self.child_status is None else None, pids)
             if not self.reap():
                 return
             if not pids:
