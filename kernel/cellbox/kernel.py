@@ -214,8 +214,6 @@ class CellboxKernel(Kernel):
                 carry=self.carry_state,
                 undo_depth=self.undo_depth,
             ).start()
-        # Cell specs live in the task's tmp/, which the sandbox gives to the user cells run as.
-        self._state_dir = self.task.tmp
         (self.task.path / PID_FILE).write_text(str(os.getpid()))
         self._inputs: list[str] = [""]  # In[0] is empty, as in IPython
         # IPython's transformed form of each input, as the child that ran it reported
@@ -475,10 +473,11 @@ class CellboxKernel(Kernel):
             "limits": limits.as_dict(),
         }
         # A cell may have removed parts of the task directory: make them again.
-        for directory in (self.task.home, self.task.work, self.task.tmp, self._state_dir):
+        for directory in (self.task.home, self.task.work, self.task.tmp):
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         # A new file (O_EXCL), never a path a cell could have made a symlink.
-        fd, name = tempfile.mkstemp(prefix="cellbox-cell-", suffix=".json", dir=self._state_dir)
+        # The spec goes in the task's tmp/, which the sandbox gives to the user cells run as.
+        fd, name = tempfile.mkstemp(prefix="cellbox-cell-", suffix=".json", dir=self.task.tmp)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             os.fchmod(fd, 0o644)  # readable by the cell's user; tmp/ itself is closed to others
             json.dump(spec, f)
