@@ -894,15 +894,7 @@ class Keeper:
 
     def on_control(self):
         run = self.run
-        try:
-            data = os.read(run.control_fd, 512)
-        except OSError:
-            data = b""
-        if not data:  # the parent is gone: leave nothing of the run behind
-            run.kill_requested = True
-            self.kill_run()
-            return
-        for word in data.split():
+        for word in _launch.control_words(run.control_fd):
             if word == b"interrupt":
                 try:
                     os.killpg(run.pid, signal.SIGINT)

@@ -478,6 +478,18 @@ def descendants(root, extra_pids=()):
     return [p for p in found if state.get(p) != b"Z"]
 
 
+def control_words(fd):
+    """The words the parent wrote on a run's control pipe; ``[b"kill"]`` once it is gone (end of file).
+
+    A parent that went away leaves nothing of the run behind.
+    """
+    try:
+        data = os.read(fd, 512)
+    except OSError:
+        data = b""
+    return data.split() if data else [b"kill"]
+
+
 def kill_processes(group, pids):
     """SIGKILL the process group ``group`` (unless ``None``) and each of ``pids``; those already gone are skipped."""
     if group is not None:
@@ -547,15 +559,7 @@ class Supervisor:
                 select.select([], [], [], 0.005)
 
     def on_control(self):
-        try:
-            data = os.read(self.control_fd, 512)
-        except OSError:
-            data = b""
-        if not data:  # the parent is gone: leave nothing behind
-            self.kill_requested = True
-            self.kill_all()
-            return
-        for word in data.split():
+        for word in control_words(self.control_fd):
             if word == b"interrupt":
                 self.interrupted = True
                 try:
