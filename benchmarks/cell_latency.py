@@ -124,8 +124,7 @@ def memory(cwd: str, cells: int) -> None:
                 execute(kc, "pass")
             held = session_pss(km)
             print(
-                f"{which:<10} session pss: empty {before / 2**20:7.1f} MiB, "
-                f"with 1 GiB of state {held / 2**20:7.1f} MiB"
+                f"{which:<10} session pss: empty {before / 2**20:7.1f} MiB, with 1 GiB of state {held / 2**20:7.1f} MiB"
             )
         finally:
             stop(km, kc)

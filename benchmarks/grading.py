@@ -43,7 +43,7 @@ import tempfile
 import time
 from pathlib import Path
 
-TESTS = '''
+TESTS = """
 import fib
 
 def test_base_cases():
@@ -61,14 +61,14 @@ def test_two():
 
 def test_three():
     assert fib.fib(3) == 2
-'''
-FIB = '''
+"""
+FIB = """
 def fib(n):
     a, b = 0, 1
     for _ in range(n):
         a, b = b, a + b
     return a
-'''
+"""
 JOBS = 2
 
 
@@ -103,12 +103,22 @@ def timed_pool(function, items: list[Path]) -> tuple[list[float], float]:  # typ
 def shared_venv(tests: Path):  # type: ignore[no-untyped-def]
     def grade(folder: Path) -> None:
         # The strict floor: no third-party plugins (as cellbox grade), no bytecode writes.
-        env = {**os.environ, "PYTHONPATH": str(folder), "PYTHONDONTWRITEBYTECODE": "1",
-               "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-        result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)],
-                                cwd=folder, env=env, capture_output=True, text=True)
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(folder),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        }
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)],
+            cwd=folder,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         if result.returncode != 0:
             raise SystemExit(f"(a) failed for {folder.name}:\n{result.stdout}{result.stderr}")
+
     return grade
 
 
@@ -118,15 +128,23 @@ def naive_venv(tests: Path, scratch: Path):  # type: ignore[no-untyped-def]
         try:
             subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True, capture_output=True)
             python = str(env_dir / "bin" / "python")
-            subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "pytest"],
-                           check=True, capture_output=True)
-            result = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)],
-                                    cwd=folder, env={**os.environ, "PYTHONPATH": str(folder)},
-                                    capture_output=True, text=True)
+            subprocess.run(
+                [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "pytest"],
+                check=True,
+                capture_output=True,
+            )
+            result = subprocess.run(
+                [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)],
+                cwd=folder,
+                env={**os.environ, "PYTHONPATH": str(folder)},
+                capture_output=True,
+                text=True,
+            )
             if result.returncode != 0:
                 raise SystemExit(f"(b) failed for {folder.name}:\n{result.stdout}{result.stderr}")
         finally:
             shutil.rmtree(env_dir, ignore_errors=True)
+
     return grade
 
 
@@ -134,8 +152,11 @@ def cellbox_grade(tests: Path, subs: Path, out: Path) -> tuple[list[float], floa
     script = Path(sys.executable).with_name("cellbox")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "cellbox.cli"]
     started = time.perf_counter()
-    subprocess.run([*command, "grade", str(subs), "--tests", str(tests), "--out", str(out), "--jobs", str(JOBS)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [*command, "grade", str(subs), "--tests", str(tests), "--out", str(out), "--jobs", str(JOBS)],
+        check=True,
+        capture_output=True,
+    )
     total = time.perf_counter() - started
     rows = json.loads((out / "results.json").read_text())["submissions"]
     verdicts = {row["verdict"] for row in rows}
@@ -146,11 +167,11 @@ def cellbox_grade(tests: Path, subs: Path, out: Path) -> tuple[list[float], floa
 
 def call_latency(calls: int, scratch: Path) -> list[float]:
     """Seconds of each of ``calls`` calls of ``adder.add(1, 2)`` into a sandboxed submission process."""
-    from cellbox.environment import TaskDirectory
     from cellbox.grading import bridge as boundary
     from cellbox.grading.task import GRADE_ISOLATION, _venv_env
     from cellbox.grading.venvs import BaseLibrary, create_venv
-    from cellbox.limits import Limits
+    from cellbox.sandbox.environment import TaskDirectory
+    from cellbox.sandbox.limits import Limits
 
     task = TaskDirectory.create(str(scratch), prefix="cellbox-bench-call-")
     root = task.work / "submission"
@@ -159,9 +180,15 @@ def call_latency(calls: int, scratch: Path) -> list[float]:
     python = create_venv(task.path / "venv")
     with BaseLibrary.build() as base:
         lib = base.copy_to(task.path / "lib")
-        spec = boundary.ProcessSpec(python=str(python), lib=str(lib), root=str(root), task=str(task.path),
-                                    limits=Limits(wall_time=600, cpu_time=600), isolation=GRADE_ISOLATION,
-                                    env=_venv_env(python.parent.parent))
+        spec = boundary.ProcessSpec(
+            python=str(python),
+            lib=str(lib),
+            root=str(root),
+            task=str(task.path),
+            limits=Limits(wall_time=600, cpu_time=600),
+            isolation=GRADE_ISOLATION,
+            env=_venv_env(python.parent.parent),
+        )
         bridge = boundary.Bridge(spec)
         bridge.start()
         boundary.install(bridge, ["adder"], str(Path(__file__).parent))
@@ -189,8 +216,10 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=5, help="turns the three ways take")
     parser.add_argument("--calls", type=int, default=2000, help="calls across the boundary to time")
     args = parser.parse_args()
-    print(f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} cores, "
-          f"{args.submissions} submissions, {JOBS} at once, {args.chunks} chunks")
+    print(
+        f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} cores, "
+        f"{args.submissions} submissions, {JOBS} at once, {args.chunks} chunks"
+    )
     names = ("cellbox grade", "(a) shared venv, plain pytest", "(b) new venv + pip install + pytest")
     figures: dict[str, tuple[list[float], float]] = {name: ([], 0.0) for name in names}
     naive_per_chunk = -(-args.naive // args.chunks)
@@ -210,8 +239,10 @@ def main() -> None:
         if args.calls:
             times = sorted(call_latency(args.calls, root))
             median, p90 = 1000 * statistics.median(times), 1000 * times[int(0.9 * len(times))]
-            print(f"one call across the boundary (adder.add(1, 2), isolation auto): median {median:.3f} ms, "
-                  f"90th percentile {p90:.3f} ms, n={len(times)}")
+            print(
+                f"one call across the boundary (adder.add(1, 2), isolation auto): median {median:.3f} ms, "
+                f"90th percentile {p90:.3f} ms, n={len(times)}"
+            )
 
 
 def report(figures: dict[str, tuple[list[float], float]], names: tuple[str, ...]) -> None:
@@ -223,8 +254,9 @@ def report(figures: dict[str, tuple[list[float], float]], names: tuple[str, ...]
         median = statistics.median(times)
         print(f"{name:38} {median:20.3f} {total:9.1f} {len(times):4d} {median / floor:13.2f}")
     naive = statistics.median(figures[names[2]][0])
-    print(f"cellbox overhead over (a): {ours - floor:.3f} s per submission (median); "
-          f"(b) / cellbox: {naive / ours:.1f}x")
+    print(
+        f"cellbox overhead over (a): {ours - floor:.3f} s per submission (median); (b) / cellbox: {naive / ours:.1f}x"
+    )
 
 
 if __name__ == "__main__":

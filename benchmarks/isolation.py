@@ -26,9 +26,9 @@ from collections.abc import Callable
 
 from benchkit import cpu_model, interleaved, timed
 
-from cellbox.isolation import LAYERS, probe
-from cellbox.outcome import Status
 from cellbox.sandbox import run
+from cellbox.sandbox.isolation import LAYERS, probe
+from cellbox.sandbox.outcome import Status
 
 TRIVIAL = [sys.executable, "-c", "pass"]
 NUMPY = [sys.executable, "-c", "import numpy"]

@@ -47,7 +47,10 @@ def run(path: Path, kernel: str) -> tuple[float, list[Any]]:
     with tempfile.TemporaryDirectory() as folder:
         os.chmod(folder, 0o755)
         client = NotebookClient(
-            copy.deepcopy(nb), kernel_name=kernel, timeout=120, allow_errors=True,
+            copy.deepcopy(nb),
+            kernel_name=kernel,
+            timeout=120,
+            allow_errors=True,
             resources={"metadata": {"path": folder}},
         )
         begin = time.perf_counter()

@@ -26,8 +26,8 @@ from collections.abc import Callable
 
 from benchkit import cpu_model, interleaved, timed
 
-from cellbox.outcome import Status
 from cellbox.sandbox import run
+from cellbox.sandbox.outcome import Status
 
 TRIVIAL = [sys.executable, "-c", "pass"]
 

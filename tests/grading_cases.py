@@ -55,8 +55,10 @@ CASES: dict[str, tuple[dict[str, str], str]] = {
     "missing": ({"README.txt": "I did not finish.\n"}, "unverified"),
     "broken_import": ({"fib.py": GOOD_FIB + "\nraise RuntimeError('broken at import')\n"}, "unverified"),
     "hanging": (
-        {"fib.py": GOOD_FIB + "\n_real = fib\ndef fib(n):\n    if n == 10:\n        import time\n"
-                              "        time.sleep(600)\n    return _real(n)\n"},
+        {
+            "fib.py": GOOD_FIB + "\n_real = fib\ndef fib(n):\n    if n == 10:\n        import time\n"
+            "        time.sleep(600)\n    return _real(n)\n"
+        },
         "timed_out",
     ),
     "daemon": (
@@ -77,8 +79,7 @@ subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "{DAEMON
         "failed",
     ),
     # unittest.SkipTest is a skip to pytest; from the submission it is only an exception of the submission.
-    "skips_tests": ({"fib.py": "import unittest\n\ndef fib(n):\n    raise unittest.SkipTest('not today')\n"},
-                    "failed"),
+    "skips_tests": ({"fib.py": "import unittest\n\ndef fib(n):\n    raise unittest.SkipTest('not today')\n"}, "failed"),
     "imports_pytest": ({"fib.py": "import pytest\n" + GOOD_FIB}, "unverified"),
     "exits_in_test": ({"fib.py": "import sys\n\ndef fib(n):\n    sys.exit(0)\n"}, "failed"),
     "own_config": (
@@ -213,8 +214,7 @@ MEAN_CASES: dict[str, tuple[dict[str, str], str]] = {
     # The student's json.py would forge the record if it ever ran; it never does, in either process.
     "shadows_json": ({"mean.py": "import json\n" + WRONG_MEAN, "json.py": FORGE_REPORTER}, "failed"),
     # An honest student's own random.py (a dice helper) beside a correct mean.py.
-    "own_random": ({"mean.py": "import random\n" + GOOD_MEAN, "random.py": "def roll():\n    return 4\n"},
-                   "verified"),
+    "own_random": ({"mean.py": "import random\n" + GOOD_MEAN, "random.py": "def roll():\n    return 4\n"}, "verified"),
     "exits_at_import": ({"mean.py": GOOD_MEAN + "import sys\nsys.exit(0)\n"}, "unverified"),
 }
 
@@ -253,8 +253,9 @@ def write_suite(root: Path) -> Path:
     return write_tree(root, INSTRUCTOR_TESTS)
 
 
-def write_cases(root: Path, names: list[str] | None = None,
-                cases: dict[str, tuple[dict[str, str], str]] | None = None) -> dict[str, str]:
+def write_cases(
+    root: Path, names: list[str] | None = None, cases: dict[str, tuple[dict[str, str], str]] | None = None
+) -> dict[str, str]:
     """Write the named cases (default: all of ``cases``, default :data:`CASES`) as folder submissions.
 
     Returns id -> expected verdict.

@@ -7,10 +7,10 @@ import sys
 import textwrap
 import uuid
 
-from cellbox.forkserver import ForkServer
-from cellbox.limits import Limits
-from cellbox.outcome import Outcome
 from cellbox.sandbox import run
+from cellbox.sandbox.limits import Limits
+from cellbox.sandbox.outcome import Outcome
+from cellbox.sandbox.session import ForkServer
 
 # Set (by test_sandbox_forkserver's fixture) to run every program through a fork server.
 FORKSERVER: ForkServer | None = None

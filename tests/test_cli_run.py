@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from cellbox.cli import main
-from cellbox.outcome import STATUS_EXIT_CODES, Status
 from cellbox.sandbox import pids_cgroup_root
+from cellbox.sandbox.outcome import STATUS_EXIT_CODES, Status
 from sandboxkit import DESIGN_KEYS, marker, survivors
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -371,7 +371,7 @@ def test_status_line_counts_the_processes_left_running() -> None:
 
 
 def test_status_line_starts_its_own_line_after_truncated_output() -> None:
-    result = run_in_shell(f"\"$CELLBOX\" run --output 10 -- {sys.executable} -c 'print(\"x\" * 100)'")
+    result = run_in_shell(f'"$CELLBOX" run --output 10 -- {sys.executable} -c \'print("x" * 100)\'')
     assert result.returncode == STATUS_EXIT_CODES[Status.OUTPUT_LIMIT]
     lines = result.stdout.splitlines()
     assert lines[0] == "x" * 10

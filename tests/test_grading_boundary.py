@@ -22,13 +22,13 @@ from cellbox.grading.results import SubmissionResult
 from cellbox.grading.submissions import Submission
 from cellbox.grading.task import GradeSettings, Suite, grade_safely
 from cellbox.grading.venvs import BaseLibrary
-from cellbox.limits import Limits
+from cellbox.sandbox.limits import Limits
 from cellbox.verdict import Verdict
 from grading_cases import GOOD_FIB, SPINNING_MEAN, TIMEOUT_TESTS, write_tree
 
 LIMITS = Limits(wall_time=30, cpu_time=20, memory=1024**3)
 
-SHAPES = '''
+SHAPES = """
 from collections import OrderedDict, namedtuple
 
 
@@ -138,10 +138,10 @@ def factorial(n):
     for k in range(2, n + 1):
         result *= k
     return result
-'''
+"""
 
 BOUNDARY_TESTS = {
-    "test_boundary.py": '''
+    "test_boundary.py": """
         import pytest
 
         import shapes
@@ -241,7 +241,7 @@ BOUNDARY_TESTS = {
         def test_a_function_of_the_tests_cannot_be_given_to_the_submission():
             with pytest.raises(TypeError, match="cannot be given to the submission"):
                 shapes.same(lambda: 1)
-    ''',
+    """,
 }
 
 UNITTEST_TESTS = {
@@ -282,8 +282,9 @@ def base() -> Iterator[BaseLibrary]:
         yield library
 
 
-def grade(tmp_path: Path, tests: dict[str, str], files: dict[str, str], base: BaseLibrary,
-          test_timeout: float | None = None) -> SubmissionResult:
+def grade(
+    tmp_path: Path, tests: dict[str, str], files: dict[str, str], base: BaseLibrary, test_timeout: float | None = None
+) -> SubmissionResult:
     suite = Suite.find(write_tree(tmp_path / "tests", tests))
     folder = write_tree(tmp_path / "subs" / "alice", files)
     (tmp_path / "tasks").mkdir()
@@ -305,8 +306,11 @@ def test_timeout_marker_fails_one_test_and_the_others_count(tmp_path: Path, base
     result = grade(tmp_path, TIMEOUT_TESTS, {"mean.py": SPINNING_MEAN}, base)
     assert result.verdict is Verdict.FAILED, result.reason
     outcomes = {test.nodeid: test.outcome for test in result.tests}
-    assert outcomes == {"test_timeout.py::test_first": "passed", "test_timeout.py::test_spins": "failed",
-                        "test_timeout.py::test_after": "passed"}
+    assert outcomes == {
+        "test_timeout.py::test_first": "passed",
+        "test_timeout.py::test_spins": "failed",
+        "test_timeout.py::test_after": "passed",
+    }
     [spins] = [test for test in result.tests if test.nodeid == "test_timeout.py::test_spins"]
     assert "timed out after 2 s in mean.spin(...)" in spins.message
     assert 2 <= spins.duration < 10

@@ -21,8 +21,19 @@ QUICK = ["honest", "buggy", "missing", "early_exit"]
 
 
 def grade(tmp_path: Path, *extra: str) -> int:
-    return main(["grade", str(tmp_path / "subs"), "--tests", str(tmp_path / "tests"), "--out",
-                 str(tmp_path / "out"), "--wall", "6", *extra])
+    return main(
+        [
+            "grade",
+            str(tmp_path / "subs"),
+            "--tests",
+            str(tmp_path / "tests"),
+            "--out",
+            str(tmp_path / "out"),
+            "--wall",
+            "6",
+            *extra,
+        ]
+    )
 
 
 def rows(tmp_path: Path) -> dict[str, dict]:  # type: ignore[type-arg]
@@ -88,9 +99,15 @@ def test_every_report_gives_the_same_counts(graded: Path) -> None:
         counts = (row["passed"], row["failed"], row["errors"], row["total"])
         assert tuple(int(table[key][name]) for name in ("passed", "failed", "errors", "total")) == counts
         suite = suites[key]
-        junit = (int(suite.get("tests", "0")) - int(suite.get("failures", "0")) - int(suite.get("errors", "0"))
-                 - int(suite.get("skipped", "0")), int(suite.get("failures", "0")), int(suite.get("errors", "0")),
-                 int(suite.get("tests", "0")))
+        junit = (
+            int(suite.get("tests", "0"))
+            - int(suite.get("failures", "0"))
+            - int(suite.get("errors", "0"))
+            - int(suite.get("skipped", "0")),
+            int(suite.get("failures", "0")),
+            int(suite.get("errors", "0")),
+            int(suite.get("tests", "0")),
+        )
         assert junit == counts, key
 
 
@@ -187,16 +204,23 @@ def test_tests_and_reports_inside_the_submissions_folder_are_not_graded(tmp_path
 
 def test_resume_against_other_tests_is_refused(graded: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_suite(graded / "other_tests")
-    status = main(["grade", str(graded / "subs"), "--tests", str(graded / "other_tests"), "--out",
-                   str(graded / "out"), "--resume"])
+    status = main(
+        [
+            "grade",
+            str(graded / "subs"),
+            "--tests",
+            str(graded / "other_tests"),
+            "--out",
+            str(graded / "out"),
+            "--resume",
+        ]
+    )
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1
     assert "was made with the tests in" in err and "leave out --resume" in err
 
 
-def test_resume_after_an_instructor_file_changed_is_refused(
-    graded: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_resume_after_an_instructor_file_changed_is_refused(graded: Path, capsys: pytest.CaptureFixture[str]) -> None:
     test_file = graded / "tests" / "test_fib.py"
     test_file.write_text(test_file.read_text() + "\n\ndef test_one_more():\n    assert fib.fib(2) == 1\n")
     assert grade(graded, "--resume") == 2

@@ -26,11 +26,27 @@ def cluster() -> Iterator[str]:
 
 def graded(tmp_path: Path, name: str, *extra: str) -> dict[str, dict]:  # type: ignore[type-arg]
     out = tmp_path / name
-    assert main(["grade", str(tmp_path / "subs"), "--tests", str(tmp_path / "tests"), "--out", str(out),
-                 "--wall", "10", *extra]) == 0
+    assert (
+        main(
+            [
+                "grade",
+                str(tmp_path / "subs"),
+                "--tests",
+                str(tmp_path / "tests"),
+                "--out",
+                str(out),
+                "--wall",
+                "10",
+                *extra,
+            ]
+        )
+        == 0
+    )
     rows = json.loads((out / "results.json").read_text())["submissions"]
-    return {row["id"]: {key: row[key] for key in COMPARED} | {"tests": [(t["nodeid"], t["outcome"])
-                                                                         for t in row["tests"]]} for row in rows}
+    return {
+        row["id"]: {key: row[key] for key in COMPARED} | {"tests": [(t["nodeid"], t["outcome"]) for t in row["tests"]]}
+        for row in rows
+    }
 
 
 def test_dask_results_are_identical_to_local_results(tmp_path: Path, cluster: str) -> None:
@@ -46,8 +62,18 @@ def test_dask_results_are_identical_to_local_results(tmp_path: Path, cluster: st
 def test_unreachable_scheduler_is_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_suite(tmp_path / "tests")
     write_cases(tmp_path / "subs", ["honest"])
-    status = main(["grade", str(tmp_path / "subs"), "--tests", str(tmp_path / "tests"), "--out",
-                   str(tmp_path / "out"), "--dask", "tcp://127.0.0.1:9"])
+    status = main(
+        [
+            "grade",
+            str(tmp_path / "subs"),
+            "--tests",
+            str(tmp_path / "tests"),
+            "--out",
+            str(tmp_path / "out"),
+            "--dask",
+            "tcp://127.0.0.1:9",
+        ]
+    )
     err = capsys.readouterr().err
     assert status == 2
     assert err.count("\n") == 1 and "cannot reach the dask scheduler at tcp://127.0.0.1:9" in err

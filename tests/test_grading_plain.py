@@ -17,8 +17,8 @@ import pytest
 from cellbox.grading import plain
 from cellbox.grading.bridge import Bridge, ProcessSpec, ProtocolError, RemoteObject
 from cellbox.grading.worker import Worker
-from cellbox.isolation import Isolation
-from cellbox.limits import Limits
+from cellbox.sandbox.isolation import Isolation
+from cellbox.sandbox.limits import Limits
 
 
 class Liar(int):
@@ -66,13 +66,16 @@ def test_decode_puts_each_hole_back_and_keeps_tuples_tuples() -> None:
     assert made == ({"a": ["made"]}, "made") and type(made) is tuple
 
 
-@pytest.mark.parametrize("holes", [
-    [((5,), "x")],                     # index past the end
-    [(("missing",), "x")],             # not a key of the dict
-    [((0, 0), "x")],                   # inside an atom
-    ["not a pair"],
-    "not a list",
-])
+@pytest.mark.parametrize(
+    "holes",
+    [
+        [((5,), "x")],  # index past the end
+        [(("missing",), "x")],  # not a key of the dict
+        [((0, 0), "x")],  # inside an atom
+        ["not a pair"],
+        "not a list",
+    ],
+)
 def test_holes_that_do_not_fit_are_a_plain_error(holes: Any) -> None:
     with pytest.raises(plain.PlainError):
         plain.decode({"a": [1]} if holes != [((0, 0), "x")] else [1], holes, lambda descriptor: None)
@@ -80,8 +83,15 @@ def test_holes_that_do_not_fit_are_a_plain_error(holes: Any) -> None:
 
 @pytest.fixture
 def bridge() -> Bridge:
-    spec = ProcessSpec(python="python", lib="/nowhere", root="/nowhere", task="/nowhere", limits=Limits(),
-                       isolation=Isolation(mode="none"), env={})
+    spec = ProcessSpec(
+        python="python",
+        lib="/nowhere",
+        root="/nowhere",
+        task="/nowhere",
+        limits=Limits(),
+        isolation=Isolation(mode="none"),
+        env={},
+    )
     return Bridge(spec, numpy=True)  # never started: these tests only decode
 
 
@@ -102,20 +112,30 @@ def test_an_object_array_stays_an_object(bridge: Bridge) -> None:
     assert isinstance(value, RemoteObject)
 
 
-@pytest.mark.parametrize("descriptor", [
-    ("ndarray", "|O", [1], b"\0" * 8),            # objects would be unpickled: refused
-    ("ndarray", "<f8", [-1], b""),                # a negative shape
-    ("mystery", 1),
-    ("ref", "not an id", {}),
-])
+@pytest.mark.parametrize(
+    "descriptor",
+    [
+        ("ndarray", "|O", [1], b"\0" * 8),  # objects would be unpickled: refused
+        ("ndarray", "<f8", [-1], b""),  # a negative shape
+        ("mystery", 1),
+        ("ref", "not an id", {}),
+    ],
+)
 def test_a_malformed_answer_is_a_protocol_error(bridge: Bridge, descriptor: Any) -> None:
     with pytest.raises(ProtocolError):
         bridge.value("ok", (None, [((), descriptor)]), "test")
 
 
 def test_the_students_exception_is_one_local_class_under_its_builtin_base(bridge: Bridge) -> None:
-    info = {"type": "Overdrawn", "qualname": "Overdrawn", "module": "bank", "builtin": "ValueError",
-            "message": "only 5", "args": ("only 5",), "traceback": "Traceback ...\nOverdrawn: only 5"}
+    info = {
+        "type": "Overdrawn",
+        "qualname": "Overdrawn",
+        "module": "bank",
+        "builtin": "ValueError",
+        "message": "only 5",
+        "args": ("only 5",),
+        "traceback": "Traceback ...\nOverdrawn: only 5",
+    }
     raised = bridge.exception(info, "bank.withdraw(...)")
     assert isinstance(raised, ValueError) and str(raised) == "only 5"
     assert type(raised) is bridge.exception_class("bank", "Overdrawn", "ValueError")
@@ -123,6 +143,7 @@ def test_the_students_exception_is_one_local_class_under_its_builtin_base(bridge
 
 
 def test_system_exit_from_the_submission_is_not_a_system_exit_here(bridge: Bridge) -> None:
-    raised = bridge.exception({"type": "SystemExit", "module": "builtins", "builtin": "SystemExit",
-                               "message": "0"}, "f(...)")
+    raised = bridge.exception(
+        {"type": "SystemExit", "module": "builtins", "builtin": "SystemExit", "message": "0"}, "f(...)"
+    )
     assert not isinstance(raised, SystemExit) and str(raised) == "SystemExit(0) raised by the submission in f(...)"

@@ -21,7 +21,7 @@ from cellbox.grading.submissions import (
 )
 from cellbox.grading.task import GradeSettings, Suite, SuiteError, grade_safely
 from cellbox.grading.venvs import BaseLibrary
-from cellbox.limits import Limits
+from cellbox.sandbox.limits import Limits
 from cellbox.verdict import Verdict
 from grading_cases import GOOD_FIB, write_suite, write_tree
 
@@ -53,12 +53,27 @@ def grade_file(path: Path, suite: Suite, base: BaseLibrary, limits: Limits = LIM
 
 
 def test_discover_names_each_entry_once_and_ignores_hidden_ones(tmp_path: Path) -> None:
-    names = ["alice/fib.py", "bob.py", "carol.ipynb", "dave.zip", ".hidden/fib.py", "__pycache__/x.pyc",
-             "notes.txt", "erin.py", "erin.zip"]
+    names = [
+        "alice/fib.py",
+        "bob.py",
+        "carol.ipynb",
+        "dave.zip",
+        ".hidden/fib.py",
+        "__pycache__/x.pyc",
+        "notes.txt",
+        "erin.py",
+        "erin.zip",
+    ]
     write_tree(tmp_path, dict.fromkeys(names, GOOD_FIB))
     found = {(s.id, s.kind) for s in discover(tmp_path)}
-    assert found == {("alice", "folder"), ("bob", "py"), ("carol", "ipynb"), ("dave", "zip"),
-                     ("erin.py", "py"), ("erin.zip", "zip")}
+    assert found == {
+        ("alice", "folder"),
+        ("bob", "py"),
+        ("carol", "ipynb"),
+        ("dave", "zip"),
+        ("erin.py", "py"),
+        ("erin.zip", "zip"),
+    }
 
 
 def test_empty_folder_is_a_one_line_error(tmp_path: Path) -> None:
@@ -78,25 +93,40 @@ def test_module_names_follow_the_documented_rule() -> None:
 
 
 def notebook(cells: list[tuple[str, str, list[str]]]) -> str:
-    return json.dumps({
-        "nbformat": 4, "nbformat_minor": 5, "metadata": {},
-        "cells": [{"cell_type": kind, "source": source, "metadata": {"tags": tags}, "outputs": [],
-                   "execution_count": None} if kind == "code" else
-                  {"cell_type": kind, "source": source, "metadata": {}} for kind, source, tags in cells],
-    })
+    return json.dumps(
+        {
+            "nbformat": 4,
+            "nbformat_minor": 5,
+            "metadata": {},
+            "cells": [
+                {
+                    "cell_type": kind,
+                    "source": source,
+                    "metadata": {"tags": tags},
+                    "outputs": [],
+                    "execution_count": None,
+                }
+                if kind == "code"
+                else {"cell_type": kind, "source": source, "metadata": {}}
+                for kind, source, tags in cells
+            ],
+        }
+    )
 
 
-NOTEBOOK = notebook([
-    ("markdown", "# Fibonacci\nSome words.", []),
-    ("code", "%matplotlib inline\nimport math\n", []),
-    ("code", "!pip install requests\nfiles = !ls\nlen?\n", []),
-    ("code", GOOD_FIB, []),
-    ("code", "1 / 0", ["raises-exception"]),
-    ("code", "import time\ntime.sleep(600)", ["skip-grading"]),
-    ("code", "%%bash\necho this is shell\n", []),
-    ("code", "%%limits wall=1\nwhile True:\n    pass\n", []),
-    ("code", "LAST = fib(7)", []),
-])
+NOTEBOOK = notebook(
+    [
+        ("markdown", "# Fibonacci\nSome words.", []),
+        ("code", "%matplotlib inline\nimport math\n", []),
+        ("code", "!pip install requests\nfiles = !ls\nlen?\n", []),
+        ("code", GOOD_FIB, []),
+        ("code", "1 / 0", ["raises-exception"]),
+        ("code", "import time\ntime.sleep(600)", ["skip-grading"]),
+        ("code", "%%bash\necho this is shell\n", []),
+        ("code", "%%limits wall=1\nwhile True:\n    pass\n", []),
+        ("code", "LAST = fib(7)", []),
+    ]
+)
 
 
 def test_notebook_source_keeps_code_and_drops_magics_shell_and_tagged_cells() -> None:
@@ -132,20 +162,26 @@ def test_notebook_is_importable_as_submission_and_by_its_name(tmp_path: Path, ba
 
 
 def test_notebook_cells_have_display_and_get_ipython_as_under_a_kernel(tmp_path: Path, base: BaseLibrary) -> None:
-    tests = {"test_mean.py": """
+    tests = {
+        "test_mean.py": """
         import submission
 
         def test_mean(capsys):
             assert submission.mean([3, 4, 5]) == 4
             assert submission.SHELL_SEEN is True
-    """}
+    """
+    }
     suite = Suite.find(write_tree(tmp_path / "tests", tests))
     (tmp_path / "subs").mkdir()
-    (tmp_path / "subs" / "mean.ipynb").write_text(notebook([
-        ("code", "def mean(xs):\n    return sum(xs) / len(xs)\n", []),
-        ("code", "display(mean([3, 4, 5]))", []),
-        ("code", "SHELL_SEEN = get_ipython() is not None", []),
-    ]))
+    (tmp_path / "subs" / "mean.ipynb").write_text(
+        notebook(
+            [
+                ("code", "def mean(xs):\n    return sum(xs) / len(xs)\n", []),
+                ("code", "display(mean([3, 4, 5]))", []),
+                ("code", "SHELL_SEEN = get_ipython() is not None", []),
+            ]
+        )
+    )
     result = grade_file(tmp_path / "subs" / "mean.ipynb", suite, base)
     assert result.verdict is Verdict.VERIFIED, result.reason
 
@@ -229,8 +265,10 @@ def test_symlinks_in_a_folder_submission_are_not_followed(tmp_path: Path) -> Non
 
 def test_requirements_that_cannot_install_make_the_submission_unverified(tmp_path: Path, base: BaseLibrary) -> None:
     suite = Suite.find(write_suite(tmp_path / "tests"))
-    write_tree(tmp_path / "subs" / "dave", {"fib.py": GOOD_FIB,
-                                            "requirements.txt": "--no-index\ncellbox-test-absent-dependency\n"})
+    write_tree(
+        tmp_path / "subs" / "dave",
+        {"fib.py": GOOD_FIB, "requirements.txt": "--no-index\ncellbox-test-absent-dependency\n"},
+    )
     result = grade_file(tmp_path / "subs" / "dave", suite, base)
     assert result.verdict is Verdict.UNVERIFIED
     assert result.reason.startswith("install ended with status error: ")
@@ -242,8 +280,10 @@ def test_requirements_that_cannot_install_make_the_submission_unverified(tmp_pat
 def test_package_is_installed_in_the_sandbox_and_graded(tmp_path: Path, base: BaseLibrary) -> None:
     # Needs the package index: pip fetches the build backend (setuptools) into an isolated build env.
     suite = Suite.find(write_suite(tmp_path / "tests"))
-    write_tree(tmp_path / "subs" / "erin", {
-        "pyproject.toml": """
+    write_tree(
+        tmp_path / "subs" / "erin",
+        {
+            "pyproject.toml": """
             [build-system]
             requires = ["setuptools>=61"]
             build-backend = "setuptools.build_meta"
@@ -252,10 +292,12 @@ def test_package_is_installed_in_the_sandbox_and_graded(tmp_path: Path, base: Ba
             name = "erin-fib"
             version = "1.0"
         """,
-        "src/fib/__init__.py": GOOD_FIB,
-    })
-    result = grade_file(tmp_path / "subs" / "erin", suite, base, Limits(wall_time=180, cpu_time=120,
-                                                                         memory=2 * 1024**3))
+            "src/fib/__init__.py": GOOD_FIB,
+        },
+    )
+    result = grade_file(
+        tmp_path / "subs" / "erin", suite, base, Limits(wall_time=180, cpu_time=120, memory=2 * 1024**3)
+    )
     assert result.verdict is Verdict.VERIFIED, (result.reason, result.install)
     assert result.install is not None and result.install["status"] == "ok"
 
@@ -264,22 +306,30 @@ def test_package_is_installed_in_the_sandbox_and_graded(tmp_path: Path, base: Ba
 
 
 def test_suite_lists_the_tests_written_in_its_files(tmp_path: Path) -> None:
-    write_tree(tmp_path, {
-        "test_a.py": "def test_one():\n    pass\ndef helper():\n    pass\nclass TestB:\n    def test_two(self):\n"
-                     "        pass\n    def other(self):\n        pass\nclass Helper:\n    def test_no(self):\n"
-                     "        pass\n",
-        "sub/b_test.py": "async def test_three():\n    pass\n",
-        "data/notes.py": "def test_not_a_test_file():\n    pass\n",
-    })
+    write_tree(
+        tmp_path,
+        {
+            "test_a.py": "def test_one():\n    pass\ndef helper():\n    pass\nclass TestB:\n    def test_two(self):\n"
+            "        pass\n    def other(self):\n        pass\nclass Helper:\n    def test_no(self):\n"
+            "        pass\n",
+            "sub/b_test.py": "async def test_three():\n    pass\n",
+            "data/notes.py": "def test_not_a_test_file():\n    pass\n",
+        },
+    )
     suite = Suite.find(tmp_path)
     assert suite.files == ("sub/b_test.py", "test_a.py")
     assert set(suite.expected) == {"test_a.py::test_one", "test_a.py::TestB::test_two", "sub/b_test.py::test_three"}
 
 
 def test_one_test_file_brings_its_conftest(tmp_path: Path) -> None:
-    write_tree(tmp_path / "tests", {"test_a.py": "def test_one(answer):\n    assert answer == 42\n",
-                                    "conftest.py": "import pytest\n@pytest.fixture\ndef answer():\n    return 42\n",
-                                    "test_other.py": "def test_other():\n    pass\n"})
+    write_tree(
+        tmp_path / "tests",
+        {
+            "test_a.py": "def test_one(answer):\n    assert answer == 42\n",
+            "conftest.py": "import pytest\n@pytest.fixture\ndef answer():\n    return 42\n",
+            "test_other.py": "def test_other():\n    pass\n",
+        },
+    )
     suite = Suite.find(tmp_path / "tests" / "test_a.py")
     copied = suite.copy_to(tmp_path / "copy")
     assert sorted(p.name for p in copied.iterdir()) == ["conftest.py", "test_a.py"]
@@ -288,7 +338,8 @@ def test_one_test_file_brings_its_conftest(tmp_path: Path) -> None:
 
 def test_a_test_file_that_does_not_parse_is_a_one_line_error(tmp_path: Path) -> None:
     write_tree(tmp_path, {"test_a.py": "def test_one(:\n"})
-    with pytest.raises(SuiteError, match=r": the tests do not collect: test_a.py: SyntaxError: invalid syntax$") \
-            as info:
+    with pytest.raises(
+        SuiteError, match=r": the tests do not collect: test_a.py: SyntaxError: invalid syntax$"
+    ) as info:
         Suite.find(tmp_path)
     assert "\n" not in str(info.value)

@@ -23,8 +23,8 @@ from cellbox.grading.results import SubmissionResult
 from cellbox.grading.submissions import Submission
 from cellbox.grading.task import GradeSettings, StopSwitch, Suite, file_digests, grade_safely
 from cellbox.grading.venvs import BaseLibrary
-from cellbox.isolation import Isolation, make_plan, probe
-from cellbox.limits import Limits
+from cellbox.sandbox.isolation import Isolation, make_plan, probe
+from cellbox.sandbox.limits import Limits
 from cellbox.verdict import Verdict
 from grading_cases import (
     CASES,
@@ -266,9 +266,13 @@ def test_stop_switch_kills_a_hanging_run_instead_of_waiting_for_the_deadline(cas
     settings = GradeSettings(limits=Limits(wall_time=60, cpu_time=60), task_root=str(tasks(cases)))
     switch = StopSwitch()
     results: list[SubmissionResult] = []
-    worker = threading.Thread(target=lambda: results.append(
-        grade_safely(Submission(id="hanging", path=str(folder / "hanging"), kind="folder"), suite, settings, base,
-                     switch)))
+    worker = threading.Thread(
+        target=lambda: results.append(
+            grade_safely(
+                Submission(id="hanging", path=str(folder / "hanging"), kind="folder"), suite, settings, base, switch
+            )
+        )
+    )
     worker.start()
     time.sleep(2.5)
     switch.stop()

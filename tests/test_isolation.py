@@ -28,10 +28,11 @@ from pathlib import Path
 import pytest
 
 import test_sandbox_adversarial as adversarial
-from cellbox import sandbox
 from cellbox.cli import main
-from cellbox.environment import TaskDirectory
-from cellbox.isolation import (
+from cellbox.sandbox import SandboxError, run, start
+from cellbox.sandbox import runs as sandbox
+from cellbox.sandbox.environment import TaskDirectory
+from cellbox.sandbox.isolation import (
     BWRAP_LAYERS,
     LAYERS,
     UNPRIVILEGED_USER,
@@ -43,9 +44,8 @@ from cellbox.isolation import (
     probe,
     runtime_directories,
 )
-from cellbox.limits import Limits
-from cellbox.outcome import Status
-from cellbox.sandbox import SandboxError, run, start
+from cellbox.sandbox.limits import Limits
+from cellbox.sandbox.outcome import Status
 from conftest import missing
 from sandboxkit import FORK_UNTIL_REFUSED, marker, run_python, survivors
 
@@ -471,7 +471,7 @@ def test_missing_bwrap_is_named_for_each_layer_it_would_give(tmp_path: Path) -> 
 
 def test_strict_run_without_a_layer_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on PATH
-    monkeypatch.setattr("cellbox.isolation.BWRAP_FALLBACK", str(tmp_path / "bwrap"))  # nor where Debian puts it
+    monkeypatch.setattr("cellbox.sandbox.isolation.BWRAP_FALLBACK", str(tmp_path / "bwrap"))  # nor where Debian puts it
     with pytest.raises(SandboxError, match=r"^isolation is strict and the net layer is not available here: "):
         start(["true"], isolation="strict")
 
@@ -558,7 +558,7 @@ def test_doctor_says_why_without_bwrap(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr("cellbox.isolation.BWRAP_FALLBACK", str(tmp_path / "bwrap"))
+    monkeypatch.setattr("cellbox.sandbox.isolation.BWRAP_FALLBACK", str(tmp_path / "bwrap"))
     assert main(["doctor"]) == 1
     out = capsys.readouterr().out
     assert "bubblewrap: not installed (apt-get install bubblewrap)" in out
@@ -731,7 +731,7 @@ for name, attempt in (
 @pytest.mark.skipif(os.geteuid() != 0, reason="checks a run of root")
 def test_root_run_without_bubblewrap_keeps_no_powers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on PATH
-    monkeypatch.setattr("cellbox.isolation.BWRAP_FALLBACK", str(tmp_path / "bwrap"))  # nor where Debian puts it
+    monkeypatch.setattr("cellbox.sandbox.isolation.BWRAP_FALLBACK", str(tmp_path / "bwrap"))  # nor where Debian puts it
     code = ROOT_WITHOUT_POWERS.replace("PARENT", str(os.getpid()))
     # Debian's Python and a folder open to all: without the fs layer nobody must reach them by itself.
     with tempfile.TemporaryDirectory(dir="/tmp") as work:

@@ -74,9 +74,7 @@ def test_jenkinsfile_is_a_declarative_pipeline(calls: list[dict[str, Any]]) -> N
     assert stages == ["Set up", "Test", LESSONS_STAGE]
 
 
-def test_parser_rejects_a_jenkinsfile_with_a_syntax_error(
-    require_tool: Callable[..., str], tmp_path: Path
-) -> None:
+def test_parser_rejects_a_jenkinsfile_with_a_syntax_error(require_tool: Callable[..., str], tmp_path: Path) -> None:
     # Positive control: the parse really is strict, so a passing parse means something.
     broken = tmp_path / "Jenkinsfile"
     broken.write_text(JENKINSFILE.read_text().rstrip().removesuffix("}"))

@@ -90,7 +90,7 @@ def test_names_from_a_cell_with_a_limits_line_complete(kc: BlockingKernelClient)
 
 
 def test_warm_up_runs_a_real_completion(tmp_path: Path) -> None:
-    from cellbox.completion import warm_up
+    from cellbox.kernel.completion import warm_up
 
     matches = warm_up(str(tmp_path))
     assert "path" in matches and "pardir" in matches

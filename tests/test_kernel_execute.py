@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 
-from cellbox.cellerrors import error_for_outcome
-from cellbox.limits import Limits
-from cellbox.outcome import Outcome, Status
+from cellbox.kernel.cellerrors import error_for_outcome
+from cellbox.sandbox.limits import Limits
+from cellbox.sandbox.outcome import Outcome, Status
 from kernelkit import execute, running_kernel, survivors
 
 
@@ -335,7 +335,7 @@ def test_memory_error_without_a_memory_limit_says_the_machine_ran_out() -> None:
 def test_memory_error_from_the_child_is_noted_in_the_waiting_thread_before_classification() -> None:
     # Handed to the event loop, the note could come after Run.wait had classified
     # the run (seen once in about 25 forked memory-limit cells: `error`, not `memory_limit`).
-    from cellbox.kernel import _Cell
+    from cellbox.kernel.kernel import _Cell
 
     noted: list[str] = []
     queued: list[object] = []

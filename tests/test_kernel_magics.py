@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 
-from cellbox.magics import LIMITS_HELP, NEEDS_LONG_LIVED_PROCESS
+from cellbox.kernel.magics import LIMITS_HELP, NEEDS_LONG_LIVED_PROCESS
 from kernelkit import execute, plain, running_kernel, survivors
 
 
@@ -156,7 +156,7 @@ def test_limits_line_below_the_first_line_is_refused_before_the_cell_runs(kc: Bl
 def test_shell_escape_and_pip_work_with_isolation_on(tmp_path: Path) -> None:
     # IPython runs !cmd through a pseudo-terminal; the Landlock rules once left
     # the view's own /dev/pts out, and every !cmd and %pip failed under `auto`.
-    from cellbox.isolation import probe
+    from cellbox.sandbox.isolation import probe
 
     if "fs" in probe().missing:
         pytest.skip(f"the fs layer is not available here: {probe().missing['fs']}")

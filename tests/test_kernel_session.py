@@ -237,7 +237,7 @@ def test_a_kernel_without_isolation_says_so_in_the_first_cells_output(tmp_path: 
 
 
 def test_banner_lists_the_isolation_layers_cells_get(tmp_path: Path) -> None:
-    from cellbox.isolation import Isolation, describe
+    from cellbox.sandbox.isolation import Isolation, describe
 
     expected = describe(Isolation(mode="auto"))
     with running_kernel("cellbox", cwd=str(tmp_path), extra=["--CellboxKernel.isolation=auto"]) as (_km, kc):
@@ -295,7 +295,7 @@ def test_a_cell_that_deletes_the_task_directory_does_not_break_the_next(tmp_path
 
 
 def test_isolation_setting_puts_cells_in_the_sandboxs_layers(tmp_path: Path) -> None:
-    from cellbox.isolation import probe
+    from cellbox.sandbox.isolation import probe
 
     support = probe()
     # A root kernel keeps its cells at uid 0, in a user namespace with no capabilities.
@@ -338,7 +338,7 @@ def test_cell_that_cannot_start_says_why(tmp_path: Path) -> None:
 def test_root_kernel_cells_write_a_closed_root_notebook_without_root_powers(
     tmp_path: Path, require_tool: Callable[..., str]
 ) -> None:
-    from cellbox.isolation import probe
+    from cellbox.sandbox.isolation import probe
 
     require_tool("bwrap", install="apt-get install bubblewrap")
     support = probe()
@@ -396,7 +396,7 @@ def test_forkserver_start_runs_cells_forked_with_the_same_results(tmp_path: Path
 RESTORE_CHECK = """
 import json, os, sys
 os.environ["MPLBACKEND"] = "agg"
-from cellbox import cellrunner
+from cellbox.kernel import cellrunner
 channel = cellrunner.Channel(",".join(map(str, (os.pipe()[1], os.pipe()[0]))))
 shell = cellrunner._new_shell(channel)
 history = ["", "!echo one", "x = 2"]

@@ -18,7 +18,7 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from cellbox.kernel import DISCARDED
+from cellbox.kernel.kernel import DISCARDED
 from kernelkit import execute, plain, running_kernel
 
 np = pytest.importorskip("numpy")
@@ -98,8 +98,11 @@ def test_sys_path_appended_in_one_cell_finds_a_module_in_the_next(
 
 def test_module_settings_hold_in_later_cells(kc: BlockingKernelClient) -> None:
     pytest.importorskip("matplotlib")
-    ok(kc, "import numpy as np\nimport matplotlib.pyplot as plt\nplt.rcParams['figure.figsize'] = (3, 2)\n"
-       "np.set_printoptions(precision=2)")
+    ok(
+        kc,
+        "import numpy as np\nimport matplotlib.pyplot as plt\nplt.rcParams['figure.figsize'] = (3, 2)\n"
+        "np.set_printoptions(precision=2)",
+    )
     assert ok(kc, "print(np.array([1/3]), plt.figure().get_size_inches().tolist())") == "[0.33] [3.0, 2.0]\n"
 
 
@@ -368,7 +371,6 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
     except OSError:
         return False
-
 
 
 # --------------------------------------------------------------------------- a hostile cell against the session

@@ -104,8 +104,14 @@ def _solution_lines(solution: str, student: str) -> list[str]:
 @pytest.mark.parametrize("lesson", LESSON_LIST, ids=lambda lesson: lesson.filename)
 def test_lesson_has_goal_plan_exercise_mistakes_next_steps_and_pointer(lesson) -> None:  # type: ignore[no-untyped-def]
     markdown = "\n".join(cell.student for cell in lesson.cells if cell.kind == "markdown")
-    for part in ("**Goal:**", "**The plan.**", "## Common mistakes", "## Try this next", "## Key points",
-                 "## The real thing"):
+    for part in (
+        "**Goal:**",
+        "**The plan.**",
+        "## Common mistakes",
+        "## Try this next",
+        "## Key points",
+        "## The real thing",
+    ):
         assert part in markdown, f"{lesson.filename} has no {part!r}"
     assert "cellbox." in markdown.split("## The real thing", 1)[1]
     assert lesson.exercises, f"{lesson.filename} has no exercise"
@@ -138,7 +144,7 @@ def test_grading_tests_exist_for_every_lesson_with_exercises() -> None:
     for lesson in LESSON_LIST:
         path = LESSONS / "grading" / f"test_lesson{lesson.number:02d}.py"
         assert path.exists(), f"no hidden tests for {lesson.filename}"
-        module = lesson.filename[:-len(".ipynb")].replace("-", "_")
+        module = lesson.filename[: -len(".ipynb")].replace("-", "_")
         assert f'"nb_{module}"' in path.read_text()
 
 
@@ -203,9 +209,7 @@ def _execute(path: Path) -> nbformat.NotebookNode:
     from nbclient import NotebookClient
 
     nb = _read(path)
-    client = NotebookClient(
-        nb, kernel_name=_kernel_name(), timeout=120, resources={"metadata": {"path": str(LESSONS)}}
-    )
+    client = NotebookClient(nb, kernel_name=_kernel_name(), timeout=120, resources={"metadata": {"path": str(LESSONS)}})
     client.execute()  # raises CellExecutionError on an error in a cell not tagged raises-exception
     return nb
 
@@ -308,14 +312,14 @@ LESSON = {lesson.number: lesson for lesson in LESSON_LIST}
 # Names that check cells take from the lesson's worked cells.
 CONTEXT = {
     2: "escape = \"[c for c in ().__class__.__base__.__subclasses__() if c.__name__ == '_wrap_close'][0]"
-       ".__init__.__globals__['getpid']()\"\n",
+    ".__init__.__globals__['getpid']()\"\n",
     3: "import subprocess, sys\n",
     7: "import os, signal, subprocess, sys, time\n",
     8: "import subprocess, sys\nMB = 1024 * 1024\n",
     9: "import subprocess, sys, shutil\n",
     10: "import os, shutil, subprocess, sys, tempfile\n"
-        "ask = \"import sys, importlib.util; print(sys.prefix); "
-        "print('nbformat importable:', importlib.util.find_spec('nbformat') is not None)\"\n",
+    'ask = "import sys, importlib.util; print(sys.prefix); '
+    "print('nbformat importable:', importlib.util.find_spec('nbformat') is not None)\"\n",
     12: "import os\n",
 }
 WORKED = {7: ("alive",)}  # worked cells (found by the names they define) that check cells use
@@ -361,11 +365,16 @@ def run_check(number: int, name: str, exercise: str | None = None, context: str 
     exercises = [_cell(lesson, f"exercise-{other}").solution for other in lesson.exercises]
     if exercise is not None:
         exercises[lesson.exercises.index(name)] = textwrap.dedent(exercise)
-    script = "\n\n".join([
-        (LESSONS / "lessonkit.py").read_text(), CONTEXT.get(number, ""), _worked_defs(lesson, *WORKED.get(number, ())),
-        context, *exercises,
-        _cell(lesson, f"check-{name}").solution,
-    ])
+    script = "\n\n".join(
+        [
+            (LESSONS / "lessonkit.py").read_text(),
+            CONTEXT.get(number, ""),
+            _worked_defs(lesson, *WORKED.get(number, ())),
+            context,
+            *exercises,
+            _cell(lesson, f"check-{name}").solution,
+        ]
+    )
     done = _run_and_reap([sys.executable, "-c", script], cwd=LESSONS, timeout=180)
     lines = [line for line in done.stdout.splitlines() if line[:1] in (PASS, FAIL, TODO)]
     assert len(lines) == 1 and done.returncode == 0, (done.stdout, done.stderr)
@@ -385,9 +394,23 @@ def run_hidden_tests(number: int, tmp: Path, name: str | None = None, exercise: 
     report = tmp / "report.xml"
     env = {**os.environ, "PYTHONPATH": str(tmp), "PYTHONDONTWRITEBYTECODE": "1"}
     done = _run_and_reap(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(tmp / "pytest.ini"),
-         "--rootdir", str(tmp), f"--junitxml={report}", str(LESSONS / "grading" / f"test_lesson{number:02d}.py")],
-        cwd=tmp, env=env, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-c",
+            str(tmp / "pytest.ini"),
+            "--rootdir",
+            str(tmp),
+            f"--junitxml={report}",
+            str(LESSONS / "grading" / f"test_lesson{number:02d}.py"),
+        ],
+        cwd=tmp,
+        env=env,
+        timeout=300,
     )
     said = f"pytest exit {done.returncode}: {done.stdout[-2000:]} {done.stderr[-2000:]}"
     assert report.exists(), f"no report: {said}"
@@ -417,31 +440,59 @@ class Mistake:
 
 
 MISTAKES = [
-    Mistake(1, "run_isolated", "returncode-the-wrong-way-round", """
+    Mistake(
+        1,
+        "run_isolated",
+        "returncode-the-wrong-way-round",
+        """
         import subprocess, sys
         def run_isolated(code):
             result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
             return bool(result.returncode), result.stdout, result.stderr
-        """, "compare returncode with 0"),
-    Mistake(1, "run_isolated", "no-capture-output", """
+        """,
+        "compare returncode with 0",
+    ),
+    Mistake(
+        1,
+        "run_isolated",
+        "no-capture-output",
+        """
         import subprocess, sys
         def run_isolated(code):
             result = subprocess.run([sys.executable, "-c", code], text=True)
             return result.returncode == 0, result.stdout, result.stderr
-        """, "capture_output=True"),
-    Mistake(1, "run_isolated", "no-text", """
+        """,
+        "capture_output=True",
+    ),
+    Mistake(
+        1,
+        "run_isolated",
+        "no-text",
+        """
         import subprocess, sys
         def run_isolated(code):
             result = subprocess.run([sys.executable, "-c", code], capture_output=True)
             return result.returncode == 0, result.stdout, result.stderr
-        """, "text=True"),
-    Mistake(1, "run_isolated", "shell-string", """
+        """,
+        "text=True",
+    ),
+    Mistake(
+        1,
+        "run_isolated",
+        "shell-string",
+        """
         import subprocess, sys
         def run_isolated(code):
             result = subprocess.run(f"{sys.executable} -c '{code}'", shell=True, capture_output=True, text=True)
             return result.returncode == 0, result.stdout, result.stderr
-        """, "shell=True"),
-    Mistake(1, "run_isolated", "exec-in-this-process", """
+        """,
+        "shell=True",
+    ),
+    Mistake(
+        1,
+        "run_isolated",
+        "exec-in-this-process",
+        """
         import contextlib, io, traceback
         def run_isolated(code):
             out, err = io.StringIO(), io.StringIO()
@@ -451,42 +502,78 @@ MISTAKES = [
             except Exception:
                 return False, out.getvalue(), traceback.format_exc()
             return True, out.getvalue(), err.getvalue()
-        """, "run it in a child process"),
-    Mistake(1, "predict", "output-lost-on-failure", """
+        """,
+        "run it in a child process",
+    ),
+    Mistake(
+        1,
+        "predict",
+        "output-lost-on-failure",
+        """
         SNIPPETS = {"a": "print('one'); print('two')", "b": "print('start'); 1 / 0",
                     "c": "import sys; sys.stderr.write('careful\\\\n')", "d": "import sys; print('bye'); sys.exit(0)",
                     "e": "import sys; sys.exit('stopped')"}
         def predict():
             return {"a": (True, "one\\ntwo\\n"), "b": (False, ""), "c": (True, ""), "d": (True, "bye\\n"),
                     "e": (False, "")}
-        """, "output printed before a failure stays in stdout"),
+        """,
+        "output printed before a failure stays in stdout",
+    ),
 ]
 
 
 MISTAKES += [
-    Mistake(2, "reach_os", "copied-the-lesson", """
+    Mistake(
+        2,
+        "reach_os",
+        "copied-the-lesson",
+        """
         def reach_os():
             return ("[c for c in ().__class__.__base__.__subclasses__() if c.__name__ == '_wrap_close'][0]"
                     ".__init__.__globals__['getpid']()")
-        """, "that is the escape from above"),
-    Mistake(2, "reach_os", "uses-a-builtin", """
+        """,
+        "that is the escape from above",
+    ),
+    Mistake(
+        2,
+        "reach_os",
+        "uses-a-builtin",
+        """
         def reach_os():
             return "__import__('os').getpid()"
-        """, "start from ()"),
-    Mistake(2, "load_scores", "eval-without-builtins", """
+        """,
+        "start from ()",
+    ),
+    Mistake(
+        2,
+        "load_scores",
+        "eval-without-builtins",
+        """
         def load_scores(text):
             return eval(text, {"__builtins__": {}})
-        """, "use ast.literal_eval"),
-    Mistake(2, "load_scores", "denylist-then-eval", """
+        """,
+        "use ast.literal_eval",
+    ),
+    Mistake(
+        2,
+        "load_scores",
+        "denylist-then-eval",
+        """
         def load_scores(text):
             if "__" in text or "import" in text:
                 raise ValueError("refused")
             return eval(text, {"__builtins__": {}})
-        """, "use ast.literal_eval"),
+        """,
+        "use ast.literal_eval",
+    ),
 ]
 
 MISTAKES += [
-    Mistake(3, "run_with_timeout", "wait-without-kill", """
+    Mistake(
+        3,
+        "run_with_timeout",
+        "wait-without-kill",
+        """
         import subprocess, sys
         def run_with_timeout(code, seconds):
             proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -494,8 +581,14 @@ MISTAKES += [
                 return "ok" if proc.wait(timeout=seconds) == 0 else "error"
             except subprocess.TimeoutExpired:
                 return "timed_out"
-        """, "still running after run_with_timeout returned"),
-    Mistake(3, "run_with_timeout", "catch-exception", """
+        """,
+        "still running after run_with_timeout returned",
+    ),
+    Mistake(
+        3,
+        "run_with_timeout",
+        "catch-exception",
+        """
         import subprocess, sys
         def run_with_timeout(code, seconds):
             try:
@@ -503,8 +596,14 @@ MISTAKES += [
             except Exception:
                 return "timed_out"
             return "ok" if result.returncode == 0 else "error"
-        """, "not Exception"),
-    Mistake(3, "run_with_timeout", "timeout-as-error", """
+        """,
+        "not Exception",
+    ),
+    Mistake(
+        3,
+        "run_with_timeout",
+        "timeout-as-error",
+        """
         import subprocess, sys
         def run_with_timeout(code, seconds):
             try:
@@ -512,22 +611,40 @@ MISTAKES += [
             except subprocess.TimeoutExpired:
                 return "error"
             return "ok" if result.returncode == 0 else "error"
-        """, "not 'timed_out'"),
-    Mistake(3, "run_with_timeout", "no-catch", """
+        """,
+        "not 'timed_out'",
+    ),
+    Mistake(
+        3,
+        "run_with_timeout",
+        "no-catch",
+        """
         import subprocess, sys
         def run_with_timeout(code, seconds):
             result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=seconds)
             return "ok" if result.returncode == 0 else "error"
-        """, "TimeoutExpired escape"),
-    Mistake(3, "wait_or_kill", "the-broken-version", """
+        """,
+        "TimeoutExpired escape",
+    ),
+    Mistake(
+        3,
+        "wait_or_kill",
+        "the-broken-version",
+        """
         import subprocess
         def wait_or_kill(proc, seconds):
             try:
                 return proc.wait(timeout=seconds)
             except subprocess.TimeoutExpired:
                 return None
-        """, "still running after wait_or_kill returned"),
-    Mistake(3, "wait_or_kill", "kill-without-collecting", """
+        """,
+        "still running after wait_or_kill returned",
+    ),
+    Mistake(
+        3,
+        "wait_or_kill",
+        "kill-without-collecting",
+        """
         import subprocess
         def wait_or_kill(proc, seconds):
             try:
@@ -535,11 +652,17 @@ MISTAKES += [
             except subprocess.TimeoutExpired:
                 proc.kill()
                 return None
-        """, "still running after wait_or_kill returned"),
+        """,
+        "still running after wait_or_kill returned",
+    ),
 ]
 
 MISTAKES += [
-    Mistake(4, "allowlist_env", "copy-then-delete", """
+    Mistake(
+        4,
+        "allowlist_env",
+        "copy-then-delete",
+        """
         import os
         def allowlist_env(home, extra=None):
             env = os.environ.copy()
@@ -548,30 +671,56 @@ MISTAKES += [
                     del env[name]
             env.update(HOME=str(home), TMPDIR=str(home), **(extra or {}))
             return env
-        """, "start from an empty dict"),
-    Mistake(4, "allowlist_env", "no-path", """
+        """,
+        "start from an empty dict",
+    ),
+    Mistake(
+        4,
+        "allowlist_env",
+        "no-path",
+        """
         import os
         def allowlist_env(home, extra=None):
             return {"HOME": str(home), "TMPDIR": str(home), **(extra or {})}
-        """, "there is no PATH"),
-    Mistake(4, "allowlist_env", "real-home", """
+        """,
+        "there is no PATH",
+    ),
+    Mistake(
+        4,
+        "allowlist_env",
+        "real-home",
+        """
         import os, sys
         def allowlist_env(home, extra=None):
             return {"PATH": os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin", "/bin"]),
                     "HOME": os.path.expanduser("~"), "TMPDIR": str(home), **(extra or {})}
-        """, "real home"),
-    Mistake(4, "allowlist_env", "non-strings", """
+        """,
+        "real home",
+    ),
+    Mistake(
+        4,
+        "allowlist_env",
+        "non-strings",
+        """
         import os, sys
         def allowlist_env(home, extra=None):
             return {"PATH": os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin", "/bin"]),
                     "HOME": home, "TMPDIR": home, **(extra or {})}
-        """, "must be str"),
-    Mistake(4, "denylist_passes", "thinks-the-url-is-caught", """
+        """,
+        "must be str",
+    ),
+    Mistake(
+        4,
+        "denylist_passes",
+        "thinks-the-url-is-caught",
+        """
         SAMPLE = {"PATH": "", "HOME": "", "GITHUB_TOKEN": "", "DB_PASSWORD": "", "AWS_SECRET_ACCESS_KEY": "",
                   "DATABASE_URL": "", "NPM_AUTH": "", "KEYBOARD_LAYOUT": ""}
         def denylist_passes():
             return {"PATH", "HOME", "KEYBOARD_LAYOUT"}
-        """, "a secret can hide under any other name"),
+        """,
+        "a secret can hide under any other name",
+    ),
 ]
 
 _RUN_LIMITED = """
@@ -586,33 +735,73 @@ _RUN_LIMITED = """
             return "cpu_limit"
         return "ok" if result.returncode == 0 else "error"
     """
-_IN_CHILD = "def limit():\n            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))\n" \
+_IN_CHILD = (
+    "def limit():\n            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))\n"
     "            resource.setrlimit(resource.RLIMIT_CPU, ({soft}, {hard}))"
+)
 MISTAKES += [
-    Mistake(5, "run_limited", "setrlimit-in-the-notebook", _RUN_LIMITED.format(
-        setup="resource.setrlimit(resource.RLIMIT_AS, (memory, memory)); "
-              "resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))",
-        launch="timeout=60", killed="(-signal.SIGXCPU, -signal.SIGKILL)"), "changed this notebook's own limits"),
-    Mistake(5, "run_limited", "soft-equals-hard", _RUN_LIMITED.format(
-        setup=_IN_CHILD.format(soft="cpu", hard="cpu"), launch="preexec_fn=limit",
-        killed="(-signal.SIGXCPU, -signal.SIGKILL)"), "one second above the soft one"),
-    Mistake(5, "run_limited", "sigkill-only", _RUN_LIMITED.format(
-        setup=_IN_CHILD.format(soft="cpu", hard="cpu + 1"), launch="preexec_fn=limit",
-        killed="(-signal.SIGKILL,)"), "-signal.SIGXCPU"),
-    Mistake(5, "predict_limits", "as-is-memory-used-and-cpu-stops-sleep", """
+    Mistake(
+        5,
+        "run_limited",
+        "setrlimit-in-the-notebook",
+        _RUN_LIMITED.format(
+            setup="resource.setrlimit(resource.RLIMIT_AS, (memory, memory)); "
+            "resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))",
+            launch="timeout=60",
+            killed="(-signal.SIGXCPU, -signal.SIGKILL)",
+        ),
+        "changed this notebook's own limits",
+    ),
+    Mistake(
+        5,
+        "run_limited",
+        "soft-equals-hard",
+        _RUN_LIMITED.format(
+            setup=_IN_CHILD.format(soft="cpu", hard="cpu"),
+            launch="preexec_fn=limit",
+            killed="(-signal.SIGXCPU, -signal.SIGKILL)",
+        ),
+        "one second above the soft one",
+    ),
+    Mistake(
+        5,
+        "run_limited",
+        "sigkill-only",
+        _RUN_LIMITED.format(
+            setup=_IN_CHILD.format(soft="cpu", hard="cpu + 1"), launch="preexec_fn=limit", killed="(-signal.SIGKILL,)"
+        ),
+        "-signal.SIGXCPU",
+    ),
+    Mistake(
+        5,
+        "predict_limits",
+        "as-is-memory-used-and-cpu-stops-sleep",
+        """
         PROGRAMS = dict.fromkeys("abcdef", "pass")
         def predict_limits():
             return {"a": "ok", "b": "ok", "c": "cpu_limit", "d": "cpu_limit", "e": "memory_limit", "f": "ok"}
-        """, "counts the interpreter's own address space"),
-    Mistake(5, "predict_limits", "cpu-stops-sleep", """
+        """,
+        "counts the interpreter's own address space",
+    ),
+    Mistake(
+        5,
+        "predict_limits",
+        "cpu-stops-sleep",
+        """
         PROGRAMS = dict.fromkeys("abcdef", "pass")
         def predict_limits():
             return {"a": "ok", "b": "memory_limit", "c": "cpu_limit", "d": "cpu_limit", "e": "memory_limit", "f": "ok"}
-        """, "RLIMIT_CPU never stops time.sleep"),
+        """,
+        "RLIMIT_CPU never stops time.sleep",
+    ),
 ]
 
 MISTAKES += [
-    Mistake(6, "run_both_clocks", "wall-clock-only", """
+    Mistake(
+        6,
+        "run_both_clocks",
+        "wall-clock-only",
+        """
         import signal, subprocess, sys
         def run_both_clocks(code, cpu, wall):
             try:
@@ -620,17 +809,31 @@ MISTAKES += [
             except subprocess.TimeoutExpired:
                 return "timed_out"
             return "ok" if result.returncode == 0 else "error"
-        """, "set RLIMIT_CPU in the child"),
-    Mistake(6, "which_clock", "wall-below-cpu-limit", """
+        """,
+        "set RLIMIT_CPU in the child",
+    ),
+    Mistake(
+        6,
+        "which_clock",
+        "wall-below-cpu-limit",
+        """
         CASES = dict.fromkeys("abcd")
         def which_clock():
             return {"a": "cpu_limit", "b": "cpu_limit", "c": "timed_out", "d": "ok"}
-        """, "wall deadline shorter than the CPU limit"),
-    Mistake(6, "which_clock", "cpu-limit-per-family", """
+        """,
+        "wall deadline shorter than the CPU limit",
+    ),
+    Mistake(
+        6,
+        "which_clock",
+        "cpu-limit-per-family",
+        """
         CASES = dict.fromkeys("abcd")
         def which_clock():
             return {"a": "cpu_limit", "b": "timed_out", "c": "timed_out", "d": "cpu_limit"}
-        """, "per process, not per family"),
+        """,
+        "per process, not per family",
+    ),
 ]
 _RUN_TREE = """
     import os, signal, subprocess, sys
@@ -648,31 +851,67 @@ _RUN_TREE = """
         return status
     """
 MISTAKES += [
-    Mistake(7, "run_tree", "proc-kill", _RUN_TREE.format(on_timeout="pass", always="proc.kill(); proc.communicate()"),
-            "kill the group even when the child exited"),
-    Mistake(7, "run_tree", "killpg-only-on-timeout", _RUN_TREE.format(
-        on_timeout="os.killpg(proc.pid, signal.SIGKILL); proc.communicate()", always="pass"),
-        "kill the group even when the child exited"),
-    Mistake(7, "run_tree", "no-process-lookup-error", _RUN_TREE.format(
-        on_timeout="pass", always="os.killpg(proc.pid, signal.SIGKILL); proc.communicate()"), "ProcessLookupError"),
-    Mistake(7, "run_tree", "getpgid-after-reaping", _RUN_TREE.format(
-        on_timeout="pass", always="os.killpg(os.getpgid(proc.pid), signal.SIGKILL); proc.communicate()"),
-        "ProcessLookupError"),
-    Mistake(7, "survivors", "setsid-is-still-in-the-group", """
+    Mistake(
+        7,
+        "run_tree",
+        "proc-kill",
+        _RUN_TREE.format(on_timeout="pass", always="proc.kill(); proc.communicate()"),
+        "kill the group even when the child exited",
+    ),
+    Mistake(
+        7,
+        "run_tree",
+        "killpg-only-on-timeout",
+        _RUN_TREE.format(on_timeout="os.killpg(proc.pid, signal.SIGKILL); proc.communicate()", always="pass"),
+        "kill the group even when the child exited",
+    ),
+    Mistake(
+        7,
+        "run_tree",
+        "no-process-lookup-error",
+        _RUN_TREE.format(on_timeout="pass", always="os.killpg(proc.pid, signal.SIGKILL); proc.communicate()"),
+        "ProcessLookupError",
+    ),
+    Mistake(
+        7,
+        "run_tree",
+        "getpgid-after-reaping",
+        _RUN_TREE.format(
+            on_timeout="pass", always="os.killpg(os.getpgid(proc.pid), signal.SIGKILL); proc.communicate()"
+        ),
+        "ProcessLookupError",
+    ),
+    Mistake(
+        7,
+        "survivors",
+        "setsid-is-still-in-the-group",
+        """
         def survivors():
             return {"kill": True, "killpg": False, "killpg_after_setsid": False, "subreaper_sweep": False,
                     "timeout_run": True}
-        """, "in a group of its own"),
+        """,
+        "in a group of its own",
+    ),
 ]
 
 MISTAKES += [
-    Mistake(11, "verdict", "exit-code-only", """
+    Mistake(
+        11,
+        "verdict",
+        "exit-code-only",
+        """
         def verdict(exit_code, expected, results, timed_out=False):
             if timed_out:
                 return "timed_out"
             return {0: "verified", 1: "failed"}.get(exit_code, "unverified")
-        """, "os._exit(0) faker"),
-    Mistake(11, "verdict", "the-old-rule", """
+        """,
+        "os._exit(0) faker",
+    ),
+    Mistake(
+        11,
+        "verdict",
+        "the-old-rule",
+        """
         def verdict(exit_code, expected, results, timed_out=False):
             if timed_out:
                 return "timed_out"
@@ -684,8 +923,14 @@ MISTAKES += [
             if exit_code == 1 and "failed" in outcomes:
                 return "failed"
             return "unverified"
-        """, "a test in error"),
-    Mistake(11, "verdict", "skip-is-a-pass", """
+        """,
+        "a test in error",
+    ),
+    Mistake(
+        11,
+        "verdict",
+        "skip-is-a-pass",
+        """
         def verdict(exit_code, expected, results, timed_out=False):
             if timed_out:
                 return "timed_out"
@@ -697,15 +942,27 @@ MISTAKES += [
             if exit_code == 0 and outcomes & {"failed", "error"}:
                 return "unverified"
             return "failed"
-        """, "a skip is not a pass"),
-    Mistake(11, "badge_colour", "substring", """
+        """,
+        "a skip is not a pass",
+    ),
+    Mistake(
+        11,
+        "badge_colour",
+        "substring",
+        """
         def badge_colour(label):
             return "green" if "VERIFIED" in label else "red" if "FAILED" in label else "grey"
-        """, "compare labels with =="),
+        """,
+        "compare labels with ==",
+    ),
 ]
 
 MISTAKES += [
-    Mistake(13, "limits_line", "float-formatting", """
+    Mistake(
+        13,
+        "limits_line",
+        "float-formatting",
+        """
         def limits_line(outcome):
             limits, status = outcome["limits"], outcome["status"]
             if status == "timed_out":
@@ -717,11 +974,19 @@ MISTAKES += [
             if status == "output_limit":
                 return f"%%limits output={limits['output'] * 2 // 1024}K"
             return None
-        """, "format them with :g"),
-    Mistake(13, "limit_hit", "forgets-output", """
+        """,
+        "format them with :g",
+    ),
+    Mistake(
+        13,
+        "limit_hit",
+        "forgets-output",
+        """
         def limit_hit(outcome):
             return {"timed_out": "wall_time", "cpu_limit": "cpu_time", "memory_limit": "memory"}.get(outcome["status"])
-        """, "expected 'output'"),
+        """,
+        "expected 'output'",
+    ),
 ]
 
 _LAUNCHER = """
@@ -734,56 +999,115 @@ _LAUNCHER = """
         )
         return [sys.executable, "-c", source, str(memory), str(cpu), *argv]
     """
-_LIMITS = ('"resource.setrlimit(resource.RLIMIT_AS, (memory, memory))\\n"\n'
-           '            "resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))\\n"')
+_LIMITS = (
+    '"resource.setrlimit(resource.RLIMIT_AS, (memory, memory))\\n"\n'
+    '            "resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))\\n"'
+)
 MISTAKES += [
-    Mistake(8, "launcher_command", "limits-after-exec", _LAUNCHER.format(
-        body='"os.execvp(sys.argv[3], sys.argv[3:])\\n"\n            ' + _LIMITS), "expected"),
-    Mistake(8, "launcher_command", "subprocess-instead-of-exec", _LAUNCHER.format(
-        body=_LIMITS + '\n            "sys.exit(subprocess.call(sys.argv[3:]))\\n"'), "exec it with os.execvp"),
-    Mistake(8, "launcher_command", "execv-with-a-bare-name", _LAUNCHER.format(
-        body=_LIMITS + '\n            "os.execv(sys.argv[3], sys.argv[3:])\\n"'), "os.execv needs a path"),
-    Mistake(8, "unsafe_with_threads", "preexec-setsid-is-safe", """
+    Mistake(
+        8,
+        "launcher_command",
+        "limits-after-exec",
+        _LAUNCHER.format(body='"os.execvp(sys.argv[3], sys.argv[3:])\\n"\n            ' + _LIMITS),
+        "expected",
+    ),
+    Mistake(
+        8,
+        "launcher_command",
+        "subprocess-instead-of-exec",
+        _LAUNCHER.format(body=_LIMITS + '\n            "sys.exit(subprocess.call(sys.argv[3:]))\\n"'),
+        "exec it with os.execvp",
+    ),
+    Mistake(
+        8,
+        "launcher_command",
+        "execv-with-a-bare-name",
+        _LAUNCHER.format(body=_LIMITS + '\n            "os.execv(sys.argv[3], sys.argv[3:])\\n"'),
+        "os.execv needs a path",
+    ),
+    Mistake(
+        8,
+        "unsafe_with_threads",
+        "preexec-setsid-is-safe",
+        """
         WAYS = dict.fromkeys("abcdef", "")
         def unsafe_with_threads():
             return {"a"}
-        """, "use start_new_session=True"),
+        """,
+        "use start_new_session=True",
+    ),
 ]
 
 MISTAKES += [
-    Mistake(9, "courteous", "nice-without-n", """
+    Mistake(
+        9,
+        "courteous",
+        "nice-without-n",
+        """
         def courteous(argv):
             return ["nice", "19", *argv]
-        """, "without -n"),
-    Mistake(9, "courteous", "no-nice-at-all", """
+        """,
+        "without -n",
+    ),
+    Mistake(
+        9,
+        "courteous",
+        "no-nice-at-all",
+        """
         import shutil
         def courteous(argv):
             return (["ionice", "-c", "3"] if shutil.which("ionice") else []) + list(argv)
-        """, "expected 19"),
-    Mistake(9, "predict_niceness", "no-cap-at-19", """
+        """,
+        "expected 19",
+    ),
+    Mistake(
+        9,
+        "predict_niceness",
+        "no-cap-at-19",
+        """
         CASES = dict.fromkeys("abcd")
         def predict_niceness():
             return {"a": 10, "b": 24, "c": 13, "d": 10}
-        """, "stops at 19"),
+        """,
+        "stops at 19",
+    ),
 ]
 
 MISTAKES += [
-    Mistake(10, "fresh_venv", "system-site-packages", """
+    Mistake(
+        10,
+        "fresh_venv",
+        "system-site-packages",
+        """
         import os, venv
         def fresh_venv(path):
             venv.create(path, with_pip=False, symlinks=True, system_site_packages=True)
             return os.path.join(str(path), "bin", "python")
-        """, "system_site_packages"),
-    Mistake(10, "fresh_venv", "the-notebooks-own-python", """
+        """,
+        "system_site_packages",
+    ),
+    Mistake(
+        10,
+        "fresh_venv",
+        "the-notebooks-own-python",
+        """
         import sys
         def fresh_venv(path):
             return sys.executable
-        """, "not the new venv"),
-    Mistake(10, "runs_project_code", "pip-is-trusted", """
+        """,
+        "not the new venv",
+    ),
+    Mistake(
+        10,
+        "runs_project_code",
+        "pip-is-trusted",
+        """
         STEPS = dict.fromkeys("abcdef", "")
         def runs_project_code():
             return {"e", "f"}
-        """, "it belongs in the sandbox"),
+        """,
+        "it belongs in the sandbox",
+    ),
 ]
 
 

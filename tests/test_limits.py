@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cellbox.limits import LimitError, Limits, format_size, parse_size, parse_time
+from cellbox.sandbox.limits import LimitError, Limits, format_size, parse_size, parse_time
 
 
 @pytest.mark.parametrize(

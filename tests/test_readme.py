@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cellbox.limits import Limits, format_size, format_time
 from cellbox.options import LIMIT_OPTIONS
-from cellbox.outcome import STATUS_EXIT_CODES, Status
+from cellbox.sandbox.limits import Limits, format_size, format_time
+from cellbox.sandbox.outcome import STATUS_EXIT_CODES, Status
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from cellbox.limits import Limits
-from cellbox.outcome import Status
 from cellbox.sandbox import pids_cgroup_root, run
+from cellbox.sandbox.limits import Limits
+from cellbox.sandbox.outcome import Status
 from sandboxkit import FORK_UNTIL_REFUSED, marker, rss_bytes, run_python, survivors
 
 # --------------------------------------------------------------------------- CPU

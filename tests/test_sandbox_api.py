@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from cellbox import sandbox
-from cellbox.environment import TaskDirectory
-from cellbox.limits import Limits
-from cellbox.outcome import Status
 from cellbox.sandbox import SandboxError, classify, run, start
+from cellbox.sandbox import runs as sandbox
+from cellbox.sandbox.environment import TaskDirectory
+from cellbox.sandbox.limits import Limits
+from cellbox.sandbox.outcome import Status
 from sandboxkit import DESIGN_KEYS, marker, run_python, survivors
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
@@ -251,8 +251,10 @@ def test_running_as_root_is_reported() -> None:
 
 def test_no_preexec_fn_in_the_parent() -> None:
     # Rule 1: the core must never run Python between fork and exec in a threaded parent.
-    source = (Path(__file__).parents[1] / "kernel" / "cellbox" / "sandbox.py").read_text()
-    assert "preexec_fn=" not in source
+    core = Path(__file__).parents[1] / "kernel" / "cellbox" / "sandbox"
+    sources = {path.name: path.read_text() for path in core.glob("*.py")}
+    assert "runs.py" in sources and "session.py" in sources
+    assert [name for name, source in sources.items() if "preexec_fn=" in source] == []
 
 
 def test_failing_output_consumer_still_leaves_nothing_running(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -24,12 +24,11 @@ import pytest
 
 import sandboxkit
 import test_sandbox_adversarial as adversarial
-from cellbox import sandbox
-from cellbox.environment import TaskDirectory
-from cellbox.forkserver import ForkServer
-from cellbox.limits import Limits
-from cellbox.outcome import Status
-from cellbox.sandbox import SandboxError, run, start
+from cellbox.sandbox import SandboxError, cgroups, run, start
+from cellbox.sandbox.environment import TaskDirectory
+from cellbox.sandbox.limits import Limits
+from cellbox.sandbox.outcome import Status
+from cellbox.sandbox.session import ForkServer
 
 FORKED_LIMITS = Limits(wall_time=10, cpu_time=10, memory=1024**3)
 
@@ -189,7 +188,7 @@ def test_hung_server_times_out_the_hand_off_and_the_run_is_spawned() -> None:
 
 
 def test_changed_site_directory_restarts_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
-    import cellbox.forkserver as forkserver_module
+    import cellbox.sandbox.session as forkserver_module
 
     with ForkServer(preload=[]) as fork_server:
         assert fork_server.wait_ready(60)
@@ -235,7 +234,7 @@ def _alive(pid: int | None) -> bool:
 
 
 def test_forked_runs_are_held_by_the_sessions_pids_cgroup_set_to_each_runs_limit(server: ForkServer) -> None:
-    root = sandbox.pids_cgroup_root()
+    root = cgroups.pids_cgroup_root()
     if root is None:
         pytest.skip("needs a writable pids cgroup (root); without one RLIMIT_NPROC is used, tested elsewhere")
     code = f"path = {str(root)!r} + open('/proc/self/cgroup').read().split('pids:')[1].split()[0]\n"
@@ -259,14 +258,14 @@ def test_cgroups_left_by_a_dead_process_are_found_and_ours_are_not(tmp_path: Pat
     names = [dead_name, own_name, "cellbox-x-1", "other"]
     for name in names:
         (tmp_path / name).mkdir()
-    later = time.time() + sandbox.STALE_CGROUP_AGE + 1
-    assert [path.name for path in sandbox._stale_cgroups(tmp_path, now=later)] == [names[0]]
-    assert sandbox._stale_cgroups(tmp_path) == []  # too new: perhaps a run that has not moved in yet
+    later = time.time() + cgroups.STALE_CGROUP_AGE + 1
+    assert [path.name for path in cgroups.stale_cgroups(tmp_path, now=later)] == [names[0]]
+    assert cgroups.stale_cgroups(tmp_path) == []  # too new: perhaps a run that has not moved in yet
 
 
 def test_left_behind_cgroup_with_a_process_in_it_is_not_removed_or_killed() -> None:
     # A maker that looks dead here may be alive in another pid namespace: the sweep only rmdirs.
-    root = sandbox.pids_cgroup_root()
+    root = cgroups.pids_cgroup_root()
     if root is None:
         pytest.skip("needs a writable pids cgroup (root)")
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
@@ -276,8 +275,8 @@ def test_left_behind_cgroup_with_a_process_in_it_is_not_removed_or_killed() -> N
     try:
         (path / "cgroup.procs").write_text(str(sleeper.pid))
         os.utime(path, (time.time() - 3600, time.time() - 3600))
-        assert path in sandbox._stale_cgroups(root)
-        remover = sandbox._CgroupRemover()
+        assert path in cgroups.stale_cgroups(root)
+        remover = cgroups.CgroupRemover()
         remover.start(root)
         assert remover.drain(10)
         assert (path.exists(), sleeper.poll()) == (True, None)
@@ -291,7 +290,7 @@ def test_left_behind_cgroup_with_a_process_in_it_is_not_removed_or_killed() -> N
 WARM_SHELL_CHECK = """
 import json, os, sys
 os.environ["MPLBACKEND"] = "agg"
-from cellbox import cellrunner
+from cellbox.kernel import cellrunner
 channel = cellrunner.Channel(",".join(map(str, (os.pipe()[1], os.pipe()[0]))))
 spec = {"code": "pass", "history": [""], "limits": {}}
 if sys.argv[1] == "warm":
@@ -394,7 +393,7 @@ def test_server_that_cannot_start_is_not_retried_and_runs_are_spawned_with_the_r
 
 
 def test_the_sessions_landlock_holds_its_forked_runs_and_not_its_keeper() -> None:
-    from cellbox.isolation import Isolation, probe
+    from cellbox.sandbox.isolation import Isolation, probe
 
     if not probe().available("landlock"):
         pytest.skip("Landlock is not available on this machine")
@@ -411,7 +410,7 @@ def test_the_sessions_landlock_holds_its_forked_runs_and_not_its_keeper() -> Non
 
 
 def test_a_run_that_asks_for_other_layers_than_the_sessions_is_spawned_with_a_note(server: ForkServer) -> None:
-    from cellbox.isolation import BWRAP_LAYERS, Isolation, probe
+    from cellbox.sandbox.isolation import BWRAP_LAYERS, Isolation, probe
 
     if not any(probe().available(layer) for layer in BWRAP_LAYERS):
         pytest.skip("bubblewrap gives no layer on this machine")
@@ -424,7 +423,7 @@ def test_a_run_that_asks_for_other_layers_than_the_sessions_is_spawned_with_a_no
 
 
 def test_a_session_with_bubblewrap_layers_forks_runs_inside_them() -> None:
-    from cellbox.isolation import BWRAP_LAYERS, Isolation, probe
+    from cellbox.sandbox.isolation import BWRAP_LAYERS, Isolation, probe
 
     if not all(probe().available(layer) for layer in BWRAP_LAYERS):
         pytest.skip("bubblewrap gives not every layer on this machine")
@@ -461,20 +460,18 @@ def test_run_that_removes_the_task_directory_does_not_break_the_server_start() -
             fork_server.close()
 
 
-def test_default_preload_lists_what_is_installed_without_importing_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    import cellbox.forkserver as forkserver_module
-
-    check = "import sys\nfrom cellbox.forkserver import default_preload\n"
-    check += "default_preload()\nprint('matplotlib' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", check], capture_output=True, text=True).stdout == "False\n"
-    monkeypatch.setattr(forkserver_module, "DEFAULT_PRELOAD", ("json.decoder", "cellbox_no_such_module.part"))
-    assert forkserver_module.default_preload() == ["json.decoder"]
+def test_installed_lists_what_is_installed_without_importing_it() -> None:
+    check = "import sys\nfrom cellbox.sandbox.session import installed\n"
+    check += "print(installed(['matplotlib.pyplot', 'json.decoder', 'cellbox_no_such_module.part']))\n"
+    check += "print('matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True).stdout
+    assert out == "['matplotlib.pyplot', 'json.decoder']\nFalse\n"
 
 
 FAILED_WARM_UP = """
 import os, sys
 os.environ["MPLBACKEND"] = "agg"
-from cellbox import cellrunner
+from cellbox.kernel import cellrunner
 broken = cellrunner._install_pager
 cellrunner._install_pager = lambda shell: 1 / 0  # the warm-up fails half-way, after the shell exists
 try:

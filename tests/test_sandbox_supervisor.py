@@ -15,11 +15,11 @@ import threading
 
 import pytest
 
-from cellbox.cellerrors import error_for_outcome
-from cellbox.isolation import landlock_abi
-from cellbox.limits import Limits
-from cellbox.outcome import Status
+from cellbox.kernel.cellerrors import error_for_outcome
 from cellbox.sandbox import pids_cgroup_root, run
+from cellbox.sandbox.isolation import landlock_abi
+from cellbox.sandbox.limits import Limits
+from cellbox.sandbox.outcome import Status
 from sandboxkit import marker, survivors
 
 IS_ROOT = os.geteuid() == 0

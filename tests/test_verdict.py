@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from cellbox.outcome import Outcome, Status
+from cellbox.sandbox.outcome import Outcome, Status
 from cellbox.verdict import COLOURS, LABELS, STYLES, Evidence, Verdict, judge, verdict_for
 
 TESTS = ("test_a.py::test_one", "test_a.py::test_two")
@@ -19,8 +19,16 @@ TESTS = ("test_a.py::test_one", "test_a.py::test_two")
 
 def outcome(status: Status = Status.OK, exit_code: int | None = 0, **fields: Any) -> Outcome:
     values: dict[str, Any] = dict(
-        status=status, exit_code=exit_code, signal=None, wall_time=0.5, cpu_time=0.4, peak_memory=1 << 20,
-        stdout="", stderr="", truncated=False, limits={"wall_time": 30.0},
+        status=status,
+        exit_code=exit_code,
+        signal=None,
+        wall_time=0.5,
+        cpu_time=0.4,
+        peak_memory=1 << 20,
+        stdout="",
+        stderr="",
+        truncated=False,
+        limits={"wall_time": 30.0},
     )
     values.update(fields)
     return Outcome(**values)

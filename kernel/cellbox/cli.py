@@ -16,11 +16,11 @@ import typing
 from collections.abc import Sequence
 
 from . import __version__
-from .isolation import IsolationError, add_isolation_options, isolation_from_args
-from .limits import LimitError
 from .options import add_limit_options, limits_from_args
-from .outcome import STATUS_EXIT_CODES, Outcome
 from .sandbox import SandboxError, run
+from .sandbox.isolation import IsolationError, add_isolation_options, isolation_from_args
+from .sandbox.limits import LimitError
+from .sandbox.outcome import STATUS_EXIT_CODES, Outcome
 
 __all__ = ["main", "UsageError"]
 

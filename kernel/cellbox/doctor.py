@@ -1,7 +1,7 @@
 """``cellbox doctor``: which isolation layers this machine supports, and why one is missing.
 
 Each layer is tried for real, by starting bubblewrap with it (see
-:func:`cellbox.isolation.probe`); the reasons are the ones a run's
+:func:`cellbox.sandbox.isolation.probe`); the reasons are the ones a run's
 ``Outcome.notes`` would give.  Exit status 0 when every layer works, 1 when
 some are missing, so a set-up script can check a machine.
 """
@@ -12,7 +12,7 @@ import argparse
 import json
 import os
 
-from .isolation import LAYERS, UNPRIVILEGED_USER, Support, probe
+from .sandbox.isolation import LAYERS, UNPRIVILEGED_USER, Support, probe
 
 __all__ = ["add_parser", "doctor_report"]
 

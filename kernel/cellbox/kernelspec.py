@@ -25,8 +25,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from .isolation import MODES
-from .limits import Limits, format_size
+from .sandbox.isolation import MODES
+from .sandbox.limits import Limits, format_size
 
 __all__ = ["kernel_json", "write_spec", "logo_png", "LOGO_SVG", "add_parser", "DEFAULT_NAME"]
 

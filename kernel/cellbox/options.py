@@ -1,6 +1,6 @@
 """Command-line options for limits, shared by ``cellbox run``, ``grade`` and ``install``.
 
-Each option maps to one :class:`~cellbox.limits.Limits` field; values are
+Each option maps to one :class:`~cellbox.sandbox.limits.Limits` field; values are
 parsed by the same functions as a ``%%limits`` line, so a bad value gives the
 same one-line error wherever it is typed.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from .limits import Limits
+from .sandbox.limits import Limits
 
 __all__ = ["add_limit_options", "limits_from_args"]
 

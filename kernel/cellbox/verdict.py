@@ -25,8 +25,8 @@ import enum
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from .limits import format_time
-from .outcome import Outcome, Status
+from .sandbox.limits import format_time
+from .sandbox.outcome import Outcome, Status
 
 __all__ = [
     "Verdict",
@@ -176,7 +176,7 @@ def judge(exit_code: int | None, evidence: Evidence, outcome: Outcome) -> Judgem
         exit_code: pytest's exit status (``outcome.exit_code``; ``None`` when a
             signal ended it).
         evidence: what the grader's reporter wrote during the run.
-        outcome: the sandbox's :class:`~cellbox.outcome.Outcome` of the run.
+        outcome: the sandbox's :class:`~cellbox.sandbox.outcome.Outcome` of the run.
 
     Order: the wall deadline first (``timed_out``, naming the running test),
     then any other way the sandbox stopped the run, then pytest's exit status,

@@ -228,7 +228,7 @@ md("""
 
 ## The real thing
 
-`cellbox.environment.build_environment` builds every child's environment from an allowlist, with `HOME` and
+`cellbox.sandbox.environment.build_environment` builds every child's environment from an allowlist, with `HOME` and
 `TMPDIR` inside a `TaskDirectory` that is removed after the run; under the cellbox kernel, nothing of the kernel
 (its connection file, its key, `JPY_*` variables) reaches a cell.
 """)

@@ -306,8 +306,8 @@ md("""
 
 ## The real thing
 
-`cellbox.limits.Limits` defines every limit once (`memory` is RLIMIT_AS, `cpu_time` is RLIMIT_CPU with the hard
-limit one second above, `file_size` is RLIMIT_FSIZE), and `cellbox._launch` applies them in the child.
+`cellbox.sandbox.limits.Limits` defines every limit once (`memory` is RLIMIT_AS, `cpu_time` is RLIMIT_CPU with the hard
+limit one second above, `file_size` is RLIMIT_FSIZE), and `cellbox.sandbox._launch` applies them in the child.
 """)
 
 answers("""

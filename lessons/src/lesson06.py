@@ -210,7 +210,7 @@ md("""
 
 ## The real thing
 
-In `cellbox.sandbox` the parent keeps the `wall_time` deadline while `cellbox._launch` sets `cpu_time` as
+In `cellbox.sandbox` the parent keeps the `wall_time` deadline while `cellbox.sandbox._launch` sets `cpu_time` as
 RLIMIT_CPU (soft n, hard n + 1); the `Outcome` says `cpu_limit` or `timed_out`, and `classify` puts what the parent
 did first.
 """)

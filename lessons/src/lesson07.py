@@ -358,7 +358,7 @@ md("""
 
 ## The real thing
 
-`cellbox._launch` runs every command as the leader of its own process group under a supervisor that is a child
+`cellbox.sandbox._launch` runs every command as the leader of its own process group under a supervisor that is a child
 subreaper; when the run ends it kills the group and every re-parented descendant (and, where it can, a pids cgroup
 holds them all). `Outcome.killed_processes` says how many it had to kill.
 """)

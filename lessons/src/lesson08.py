@@ -222,7 +222,7 @@ md("""
 
 ## The real thing
 
-`cellbox._launch` is cellbox's launcher: a standard-library-only file the parent starts with
+`cellbox.sandbox._launch` is cellbox's launcher: a standard-library-only file the parent starts with
 `python -I -S _launch.py SPEC`; it applies every limit (rlimits, nice, I/O class, optional user) and then execs the
 command, while a supervisor half of it stays behind to collect the process tree (design rule 1).
 """)

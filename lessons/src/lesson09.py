@@ -182,7 +182,7 @@ md("""
 
 ## The real thing
 
-`cellbox.limits.Limits` has `nice` (default 19) and `io_class` (default `idle`); `cellbox._launch` applies them with
+`cellbox.sandbox.limits.Limits` has `nice` (default 19) and `io_class` (default `idle`); `cellbox.sandbox._launch` applies them with
 setpriority(2) and ioprio_set(2) before exec, and reports in the `Outcome`'s notes when it could not.
 """)
 

@@ -143,7 +143,7 @@ yourself. It returns an `Outcome`: `status` (one of `ok`, `error`, `crashed`, `t
 """)
 
 code("""
-from cellbox.limits import Limits
+from cellbox.sandbox.limits import Limits
 from cellbox.sandbox import run
 
 limits = Limits(wall_time=2, cpu_time=1, memory=256 * MB)
@@ -368,8 +368,8 @@ md("""
 
 ## The real thing
 
-`cellbox.kernel` (the kernel), `cellbox.cellrunner` (the child side of a cell), `cellbox.sandbox` (`run`, `start`,
-`Outcome`), `cellbox.limits` (`Limits`, `%%limits` parsing), `cellbox.verdict` and `cellbox.grading`
+`cellbox.kernel` (the kernel), `cellbox.kernel.cellrunner` (the child side of a cell), `cellbox.sandbox` (`run`, `start`,
+`Outcome`), `cellbox.sandbox.limits` (`Limits`, `%%limits` parsing), `cellbox.verdict` and `cellbox.grading`
 (`cellbox grade`). You have now written a small version of each.
 """)
 

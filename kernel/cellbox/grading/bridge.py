@@ -50,7 +50,7 @@ from typing import Any
 
 from execnet import gateway_base
 
-from ..outcome import Outcome
+from ..sandbox.outcome import Outcome
 from . import plain
 from .connection import ENDED_WAIT, Connection, ProcessSpec, offered_modules
 
@@ -75,6 +75,7 @@ __all__ = [
     "submission_tmp_path",
     "offered_modules",
 ]
+
 
 class SubmissionError(Exception):
     """Something the submission did, seen in the trusted process; the base of the submission's own exceptions."""
@@ -185,8 +186,9 @@ class Bridge:
             except BaseException as exc:
                 ended = connection.ended(wait=0.5)
                 self._drop(kill=True)
-                raise SubmissionGone(f"the submission's process did not start ({ended}: {exc!r}); {what} was not run") \
-                    from None
+                raise SubmissionGone(
+                    f"the submission's process did not start ({ended}: {exc!r}); {what} was not run"
+                ) from None
             released, self.released = self.released, []
             remaining = None if self.deadline is None else max(self.deadline - time.monotonic(), 0.001)
             try:
@@ -587,8 +589,7 @@ def _imported_from(folder: str) -> bool:
     importlib_dir = os.path.dirname(importlib.__file__) + "/"
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not (filename.startswith("<frozen importlib") or filename.startswith(importlib_dir)
-                or filename == __file__):
+        if not (filename.startswith("<frozen importlib") or filename.startswith(importlib_dir) or filename == __file__):
             return filename.startswith(folder)
         frame = frame.f_back  # type: ignore[assignment]
     return False

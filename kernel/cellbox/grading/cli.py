@@ -19,8 +19,8 @@ __all__ = ["add_parser"]
 
 def add_parser(subparsers: Any) -> None:
     """Add the ``grade`` subcommand to ``cellbox``'s parser."""
-    from ..isolation import add_isolation_options
     from ..options import add_limit_options
+    from ..sandbox.isolation import add_isolation_options
     from .task import GRADE_ISOLATION
 
     parser = subparsers.add_parser(
@@ -32,19 +32,38 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("submissions", metavar="SUBMISSIONS", help="folder that holds one entry per submission")
     parser.add_argument("--tests", required=True, metavar="TESTS", help="folder of instructor tests, or one test file")
-    parser.add_argument("--out", default="grading-results", metavar="DIR",
-                        help="folder for the reports (default: ./grading-results)")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
-                        help="submissions graded at once (default: the number of cores)")
-    parser.add_argument("--dask", metavar="ADDRESS",
-                        help="grade on this dask.distributed scheduler instead (workers share the filesystem)")
-    parser.add_argument("--resume", action="store_true",
-                        help="keep the rows of an earlier results.json in --out; grade only the missing ones")
-    parser.add_argument("--find-links", metavar="PATH_OR_URL",
-                        help="wheels pip may install from when a submission has a package or requirements.txt")
-    parser.add_argument("--test-timeout", type=_seconds, metavar="SECONDS",
-                        help="seconds each test may spend in calls into the submission, unless it has a "
-                        "@pytest.mark.timeout (default: only --wall, for all the tests together)")
+    parser.add_argument(
+        "--out", default="grading-results", metavar="DIR", help="folder for the reports (default: ./grading-results)"
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        metavar="N",
+        help="submissions graded at once (default: the number of cores)",
+    )
+    parser.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="grade on this dask.distributed scheduler instead (workers share the filesystem)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the rows of an earlier results.json in --out; grade only the missing ones",
+    )
+    parser.add_argument(
+        "--find-links",
+        metavar="PATH_OR_URL",
+        help="wheels pip may install from when a submission has a package or requirements.txt",
+    )
+    parser.add_argument(
+        "--test-timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="seconds each test may spend in calls into the submission, unless it has a "
+        "@pytest.mark.timeout (default: only --wall, for all the tests together)",
+    )
     add_limit_options(parser)
     add_isolation_options(parser, default=GRADE_ISOLATION)
     parser.set_defaults(func=_cmd_grade)
@@ -52,7 +71,7 @@ def add_parser(subparsers: Any) -> None:
 
 def _seconds(text: str) -> float:
     """A ``--test-timeout`` value: ``5``, ``2.5s``, ``1m``."""
-    from ..limits import LimitError, parse_time
+    from ..sandbox.limits import LimitError, parse_time
 
     try:
         value = parse_time(text)
@@ -79,8 +98,8 @@ def _cmd_grade(args: argparse.Namespace) -> int:
 def _grading_run(args: argparse.Namespace) -> Any:
     """The :class:`~cellbox.grading.runner.GradingRun` the options ask for; bad input is a one-line UsageError."""
     from ..cli import UsageError
-    from ..isolation import IsolationError, isolation_from_args
     from ..options import limits_from_args
+    from ..sandbox.isolation import IsolationError, isolation_from_args
     from .runner import GradingRun
     from .submissions import SubmissionError, discover
     from .task import GRADE_ISOLATION, GradeSettings, Suite, SuiteError
@@ -105,10 +124,18 @@ def _grading_run(args: argparse.Namespace) -> Any:
     if not submissions:
         raise UsageError(f"{args.submissions}: no submissions found besides the tests and the reports")
     limits = limits_from_args(args)
-    settings = GradeSettings(limits=limits, find_links=_find_links(args.find_links), isolation=isolation,
-                             test_timeout=args.test_timeout)
-    return GradingRun(submissions=submissions, suite=suite, settings=settings, out=out, jobs=args.jobs,
-                      dask=args.dask, resume=args.resume)
+    settings = GradeSettings(
+        limits=limits, find_links=_find_links(args.find_links), isolation=isolation, test_timeout=args.test_timeout
+    )
+    return GradingRun(
+        submissions=submissions,
+        suite=suite,
+        settings=settings,
+        out=out,
+        jobs=args.jobs,
+        dask=args.dask,
+        resume=args.resume,
+    )
 
 
 def _grade(grading: Any) -> list[Any]:
@@ -127,7 +154,7 @@ def _grade(grading: Any) -> list[Any]:
 def _check_strict(isolation: Any) -> None:
     """With ``--isolation strict``, a layer this machine lacks stops the grading before any submission."""
     from ..cli import UsageError
-    from ..isolation import make_plan, probe
+    from ..sandbox.isolation import make_plan, probe
 
     if isolation.mode != "strict":
         return
@@ -153,8 +180,14 @@ def _grade_with_progress(grading: Any) -> list[Any]:
 
     console = Console(stderr=True)
     with Progress(
-        TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"),
-        console=console, disable=not console.is_terminal, transient=False,
+        TextColumn("grading"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=console,
+        disable=not console.is_terminal,
+        transient=False,
     ) as progress:
         bar = progress.add_task("", total=len(grading.submissions))
 
@@ -162,7 +195,8 @@ def _grade_with_progress(grading: Any) -> list[Any]:
             progress.update(bar, total=pending)
 
         def on_result(result: Any) -> None:
-            progress.update(bar, advance=1,
-                            description=f"[{STYLES[result.verdict]}]{result.id}: {result.verdict.label}")
+            progress.update(
+                bar, advance=1, description=f"[{STYLES[result.verdict]}]{result.id}: {result.verdict.label}"
+            )
 
         return list(grading.grade(on_result=on_result, on_start=on_start))

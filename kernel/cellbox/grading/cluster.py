@@ -32,6 +32,7 @@ CONNECT_TIMEOUT = "10s"  # how long to try reaching the scheduler
 class ClusterError(OSError):
     """The Dask scheduler could not be reached; the message is one line."""
 
+
 _base_lock = threading.Lock()
 _bases: list[BaseLibrary] = []  # at most one per worker process, removed at its exit
 

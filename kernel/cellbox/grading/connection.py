@@ -20,11 +20,11 @@ from typing import Any
 import execnet
 from execnet import gateway_base
 
-from ..environment import TaskDirectory
-from ..isolation import Isolation
-from ..limits import Limits
-from ..outcome import Outcome
-from ..sandbox import Run, start
+from ..sandbox.environment import TaskDirectory
+from ..sandbox.isolation import Isolation
+from ..sandbox.limits import Limits
+from ..sandbox.outcome import Outcome
+from ..sandbox.runs import Run, start
 
 __all__ = ["Connection", "ProcessSpec", "offered_modules", "WORKER_BOOT", "MESSAGE_MAX", "ENDED_WAIT"]
 

@@ -67,8 +67,10 @@ def _key(obj: Any, depth: int = 0) -> Any:
     if isinstance(obj, ATOMS):
         return _atom(obj)
     if isinstance(obj, (tuple, frozenset)) and depth < MAX_DEPTH:
-        items = [_key(item, depth + 1) for item in (tuple.__iter__(obj) if isinstance(obj, tuple)
-                                                     else frozenset.__iter__(obj))]
+        items = [
+            _key(item, depth + 1)
+            for item in (tuple.__iter__(obj) if isinstance(obj, tuple) else frozenset.__iter__(obj))
+        ]
         if any(item is _NOT_PLAIN for item in items):
             return _NOT_PLAIN
         return tuple(items) if isinstance(obj, tuple) else frozenset(items)

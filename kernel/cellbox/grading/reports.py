@@ -57,8 +57,11 @@ def write_reports(out: Path, results: list[SubmissionResult], header: dict[str, 
 
     ``header`` (the run's ``results.json`` header: tests, limits, isolation) is summed up in the HTML page.
     """
-    return [write_csv(out / "grades.csv", results), write_junit(out / "junit.xml", results),
-            write_html(out / "report.html", results, header)]
+    return [
+        write_csv(out / "grades.csv", results),
+        write_junit(out / "junit.xml", results),
+        write_html(out / "report.html", results, header),
+    ]
 
 
 def write_csv(path: Path, results: list[SubmissionResult]) -> Path:
@@ -67,8 +70,17 @@ def write_csv(path: Path, results: list[SubmissionResult]) -> Path:
         writer = csv.writer(handle)
         writer.writerow(CSV_FIELDS)
         for result in results:
-            writer.writerow([csv_cell(result.id), result.verdict.value, result.passed, result.failed, result.errors,
-                             result.total, f"{result.score:.2f}"])
+            writer.writerow(
+                [
+                    csv_cell(result.id),
+                    result.verdict.value,
+                    result.passed,
+                    result.failed,
+                    result.errors,
+                    result.total,
+                    f"{result.score:.2f}",
+                ]
+            )
     return path
 
 
@@ -84,8 +96,7 @@ def _headline(message: str) -> str:
 
 
 def _testcase(suite: ET.Element, classname: str, name: str, seconds: float) -> ET.Element:
-    return ET.SubElement(suite, "testcase", classname=_xml_text(classname), name=_xml_text(name),
-                         time=f"{seconds:.3f}")
+    return ET.SubElement(suite, "testcase", classname=_xml_text(classname), name=_xml_text(name), time=f"{seconds:.3f}")
 
 
 def _junit_suite(root: ET.Element, result: SubmissionResult) -> None:
@@ -95,8 +106,9 @@ def _junit_suite(root: ET.Element, result: SubmissionResult) -> None:
         ET.SubElement(properties, "property", name=key, value=_xml_text(value))
     for test in result.tests:
         module, _, name = test.nodeid.partition("::")
-        case = _testcase(suite, f"{result.id}.{module.removesuffix('.py').replace('/', '.')}", name or module,
-                         test.duration)
+        case = _testcase(
+            suite, f"{result.id}.{module.removesuffix('.py').replace('/', '.')}", name or module, test.duration
+        )
         text = _xml_text(test.message or test.outcome)
         if test.outcome == "failed":
             ET.SubElement(case, "failure", message=_xml_text(_headline(test.message))).text = text
@@ -156,8 +168,10 @@ def _verdict_chart(results: list[SubmissionResult]) -> str:
             f'<text x="{146 + width:.1f}" y="{y + 15}">{count}</text>'
         )
     height = 20 + 28 * len(counts)
-    return (f'<svg role="img" aria-label="verdicts" width="500" height="{height}" '
-            f'xmlns="http://www.w3.org/2000/svg">{"".join(rows)}</svg>')
+    return (
+        f'<svg role="img" aria-label="verdicts" width="500" height="{height}" '
+        f'xmlns="http://www.w3.org/2000/svg">{"".join(rows)}</svg>'
+    )
 
 
 def _pass_rates(results: list[SubmissionResult]) -> dict[str, tuple[int, int]]:
@@ -188,19 +202,27 @@ def _rate_chart(results: list[SubmissionResult]) -> str:
             f'<text x="726" y="{y + 13}">{passed}/{total} ({100 * share:.0f}%)</text>'
         )
     height = 20 + 24 * len(rates)
-    return (f'<svg role="img" aria-label="pass rate per test" width="860" height="{height}" '
-            f'xmlns="http://www.w3.org/2000/svg">{"".join(rows)}</svg>')
+    return (
+        f'<svg role="img" aria-label="pass rate per test" width="860" height="{height}" '
+        f'xmlns="http://www.w3.org/2000/svg">{"".join(rows)}</svg>'
+    )
 
 
 def _table(results: list[SubmissionResult]) -> str:
-    head = "".join(f"<th>{name}</th>" for name in ("id", "verdict", "passed", "failed", "errors", "total",
-                                                     "score", "seconds", "reason"))
+    head = "".join(
+        f"<th>{name}</th>"
+        for name in ("id", "verdict", "passed", "failed", "errors", "total", "score", "seconds", "reason")
+    )
     rows = []
     for r in results:
-        numbers = "".join(f'<td class="num">{value}</td>' for value in (r.passed, r.failed, r.errors, r.total,
-                                                                         f"{r.score:.2f}", f"{r.duration:.2f}"))
-        rows.append(f"<tr><td>{html.escape(clean(r.id))}</td><td>{_badge(r.verdict)}</td>{numbers}"
-                    f"<td>{html.escape(clean(r.reason))}</td></tr>")
+        numbers = "".join(
+            f'<td class="num">{value}</td>'
+            for value in (r.passed, r.failed, r.errors, r.total, f"{r.score:.2f}", f"{r.duration:.2f}")
+        )
+        rows.append(
+            f"<tr><td>{html.escape(clean(r.id))}</td><td>{_badge(r.verdict)}</td>{numbers}"
+            f"<td>{html.escape(clean(r.reason))}</td></tr>"
+        )
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
@@ -212,8 +234,10 @@ def _failures(results: list[SubmissionResult]) -> str:
             if test.outcome in ("passed", "skipped", "xfailed"):
                 continue
             summary = f"{html.escape(clean(result.id))}: {html.escape(clean(test.nodeid))} ({test.outcome})"
-            parts.append(f"<details><summary>{summary}</summary>"
-                         f"<pre>{html.escape(clean(test.message or test.outcome))}</pre></details>")
+            parts.append(
+                f"<details><summary>{summary}</summary>"
+                f"<pre>{html.escape(clean(test.message or test.outcome))}</pre></details>"
+            )
     return "".join(parts) or "<p>No test failed.</p>"
 
 
@@ -221,8 +245,11 @@ def _setup(header: dict[str, Any] | None) -> str:
     if not header:
         return ""
     limits = header.get("limits") or {}
-    parts = [f"tests: {header.get('tests')}", f"wall {limits.get('wall_time')} s, cpu {limits.get('cpu_time')} s",
-             str(header.get("isolation", ""))]
+    parts = [
+        f"tests: {header.get('tests')}",
+        f"wall {limits.get('wall_time')} s, cpu {limits.get('cpu_time')} s",
+        str(header.get("isolation", "")),
+    ]
     return f"<p>{html.escape(' · '.join(part for part in parts if part))}</p>"
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..isolation import describe
+from ..sandbox.isolation import describe
 from .results import SubmissionResult
 from .submissions import Submission
 from .task import GradeSettings, StopSwitch, Suite, TrustedServers, grade_safely

@@ -1,6 +1,6 @@
 """Grade one submission: a task directory, a fresh venv, the install, the tests, the verdict.
 
-Steps (each submission, in its own :class:`~cellbox.environment.TaskDirectory`,
+Steps (each submission, in its own :class:`~cellbox.sandbox.environment.TaskDirectory`,
 removed afterwards whatever happens):
 
 1. lay the submission out in ``work/submission`` (:func:`~cellbox.grading.submissions.lay_out`);
@@ -47,12 +47,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..environment import TaskDirectory
-from ..forkserver import ForkServer
-from ..isolation import Isolation, make_plan, probe
-from ..limits import Limits
-from ..outcome import Outcome, Status
-from ..sandbox import Run, resolve_user, start
+from ..sandbox.environment import TaskDirectory
+from ..sandbox.isolation import Isolation, make_plan, probe
+from ..sandbox.limits import Limits
+from ..sandbox.outcome import Outcome, Status
+from ..sandbox.runs import Run, resolve_user, start
+from ..sandbox.session import ForkServer
 from ..verdict import Verdict, judge
 from .connection import ProcessSpec, offered_modules
 from .evidence import EvidenceRecorder
@@ -97,10 +97,25 @@ FORKED_PROCESSES_MAX = 2048  # above this processes limit, trusted test processe
 # Limits of the collection of the instructor tests (once per grading run, no submission).
 COLLECT_LIMITS = Limits(wall_time=120, cpu_time=120, memory=None)
 # What the trusted test processes' fork server imports (not the reporter: it reads its nonce at import).
-TRUSTED_PRELOAD = ("pytest", "_pytest.config", "_pytest.python", "_pytest.unittest", "execnet",
-                   "cellbox.grading.bridge", "cellbox.grading.trusted")
-PYTEST_OPTIONS = ["-p", "no:cacheprovider", "-p", "cellbox.grading.reporter", "--color=no", "--code-highlight=no",
-                  "--tb=short", "-q"]
+TRUSTED_PRELOAD = (
+    "pytest",
+    "_pytest.config",
+    "_pytest.python",
+    "_pytest.unittest",
+    "execnet",
+    "cellbox.grading.bridge",
+    "cellbox.grading.trusted",
+)
+PYTEST_OPTIONS = [
+    "-p",
+    "no:cacheprovider",
+    "-p",
+    "cellbox.grading.reporter",
+    "--color=no",
+    "--code-highlight=no",
+    "--tb=short",
+    "-q",
+]
 
 
 class SuiteError(ValueError):
@@ -115,9 +130,21 @@ def _trusted_argv(config: Path, tests: Path, ini: Path, collect: bool = False) -
     ``PYTHONDONTWRITEBYTECODE`` and ``PYTHONUNBUFFERED``; its home is a new
     task directory (no user site-packages).
     """
-    return [sys.executable, "-m", "cellbox.grading.trusted", *(["--collect"] if collect else []),
-            str(config), "--", "-c", str(ini), f"--rootdir={tests}", f"--confcutdir={tests}", *PYTEST_OPTIONS,
-            *(["--collect-only"] if collect else []), str(tests)]
+    return [
+        sys.executable,
+        "-m",
+        "cellbox.grading.trusted",
+        *(["--collect"] if collect else []),
+        str(config),
+        "--",
+        "-c",
+        str(ini),
+        f"--rootdir={tests}",
+        f"--confcutdir={tests}",
+        *PYTEST_OPTIONS,
+        *(["--collect-only"] if collect else []),
+        str(tests),
+    ]
 
 
 def _trusted_env() -> dict[str, str]:
@@ -140,13 +167,22 @@ def collect_tests(tests: Path, limits: Limits = COLLECT_LIMITS) -> tuple[str, ..
     ini.write_text(PYTEST_INI)
     nonce = secrets.token_hex(16)
     recorder = EvidenceRecorder(nonce, None)
-    outcome = start(_trusted_argv(config, tests, ini, collect=True), limits=limits, cwd=tests, env=_trusted_env(),
-                    stdin=nonce + "\n", channel=True, on_message=recorder.feed).wait()
+    outcome = start(
+        _trusted_argv(config, tests, ini, collect=True),
+        limits=limits,
+        cwd=tests,
+        env=_trusted_env(),
+        stdin=nonce + "\n",
+        channel=True,
+        on_message=recorder.feed,
+    ).wait()
     if recorder.collect_errors:
         raise SuiteError(f"the tests do not collect: {recorder.collect_errors[0]}")
     if recorder.collected is None or outcome.status is not Status.OK:
-        raise SuiteError(f"the tests could not be collected (pytest: {outcome.status.value}, "
-                         f"exit {outcome.exit_code}): {_last_line(outcome)}")
+        raise SuiteError(
+            f"the tests could not be collected (pytest: {outcome.status.value}, "
+            f"exit {outcome.exit_code}): {_last_line(outcome)}"
+        )
     return recorder.collected
 
 
@@ -268,7 +304,7 @@ class GradeSettings:
         find_links: a folder or URL of wheels pip may install from (``--find-links``).
         task_root: the folder task directories are made in (default: the system temp folder).
         isolation: the namespace layers of the install and of the submission's
-            process (:class:`~cellbox.isolation.Isolation`); the install also
+            process (:class:`~cellbox.sandbox.isolation.Isolation`); the install also
             gets the network (pip needs the index).
         test_timeout: seconds each test may spend in calls into the submission
             when it has no ``timeout`` marker; ``None``: only the whole run's wall time.
@@ -303,7 +339,7 @@ class GradeSettings:
         """``(uid, gid)`` the children will run as when that is not this process's user, else ``None``.
 
         With the ``user`` isolation layer, a grader running as root runs its
-        children as ``nobody`` (:mod:`cellbox.isolation`): the submission's
+        children as ``nobody`` (:mod:`cellbox.sandbox.isolation`): the submission's
         folder and its venv are given to that user so pip and the tests can write there.
         """
         if not self.isolation.wanted:
@@ -336,8 +372,9 @@ def _install(layout: Layout, python: Path, space: _Workspace, settings: GradeSet
     )
     # pip needs the package index; what it builds and installs stays in the task directory.
     isolation = dataclasses.replace(settings.isolation, network=True)
-    return space.run(command, limits=settings.limits, cwd=layout.root, env=_venv_env(python.parent.parent),
-                     isolation=isolation)
+    return space.run(
+        command, limits=settings.limits, cwd=layout.root, env=_venv_env(python.parent.parent), isolation=isolation
+    )
 
 
 def _digest(path: Path) -> str:
@@ -493,16 +530,24 @@ def trusted_limits(limits: Limits) -> Limits:
     # Its processes limit must stay above what it starts the submission's process with: without a pids cgroup
     # (not root) that limit is RLIMIT_NPROC, counted on top of the user's processes at each start, and a
     # child cannot raise the hard limit it inherited.
-    # Likewise it stays below the fork server's own (4096, see cellbox.forkserver), when it is forked from one.
-    return limits.replace(cpu_time=max(limits.cpu_time, limits.wall_time), memory=memory,
-                          processes=limits.processes + TRUSTED_PROCESSES)
+    # Likewise it stays below the fork server's own (4096, see cellbox.sandbox.session), when it is forked from one.
+    return limits.replace(
+        cpu_time=max(limits.cpu_time, limits.wall_time), memory=memory, processes=limits.processes + TRUSTED_PROCESSES
+    )
 
 
 def _run_config(space: _Workspace, layout: Layout, python: Path, lib: Path, settings: GradeSettings) -> Path:
     """Write the trusted process's config (how to start the submission's process) into the grader directory."""
     venv = python.parent.parent
-    spec = ProcessSpec(python=str(python), lib=str(lib), root=str(layout.root), task=str(space.task.path),
-                       limits=settings.limits, isolation=settings.isolation, env=_venv_env(venv))
+    spec = ProcessSpec(
+        python=str(python),
+        lib=str(lib),
+        root=str(layout.root),
+        task=str(space.task.path),
+        limits=settings.limits,
+        isolation=settings.isolation,
+        env=_venv_env(venv),
+    )
     config = {
         "tests": str(space.grader / "tests"),
         "offered": offered_modules(layout.root, venv),

@@ -84,8 +84,10 @@ class BaseLibrary:
             for name, (source, distribution) in WORKER_MODULES.items():
                 spec = importlib.util.find_spec(source)
                 if spec is None or spec.origin is None:
-                    raise SetupError(f"{distribution or source} is not installed beside cellbox; "
-                                     f"install it with pip (pip install {distribution or 'cellbox'})")
+                    raise SetupError(
+                        f"{distribution or source} is not installed beside cellbox; "
+                        f"install it with pip (pip install {distribution or 'cellbox'})"
+                    )
                 shutil.copy2(spec.origin, library / f"{name}.py")
             # Compiled once here; copies keep the mtimes (copy2), so the .pyc stay valid
             # in the task even though its children never write bytecode.

@@ -325,8 +325,11 @@ class Worker:
         names = getattr(module, "__all__", None)
         if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
             names = [n for n in vars(module) if not n.startswith("_")]
-        info = {"package": hasattr(module, "__path__"), "names": [str.__str__(n) for n in names],
-                "name": _safe(lambda: module.__name__, name)}
+        info = {
+            "package": hasattr(module, "__path__"),
+            "names": [str.__str__(n) for n in names],
+            "name": _safe(lambda: module.__name__, name),
+        }
         return "ok", (info, [])
 
     def op_get(self, target: Any, name: str) -> tuple[str, Any]:

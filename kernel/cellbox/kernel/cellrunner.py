@@ -1,8 +1,8 @@
 """Child side of the kernel: run one notebook cell with IPython, inside the session's sandbox.
 
-The kernel starts ``python -m cellbox.cellrunner SPEC.json`` through
+The kernel starts ``python -m cellbox.kernel.cellrunner SPEC.json`` through
 :func:`cellbox.sandbox.start` with ``channel=True`` for every cell, forked from
-the session's latest snapshot (:mod:`cellbox.forkserver`).  The snapshot is
+the session's latest snapshot (:mod:`cellbox.sandbox.session`).  The snapshot is
 the process image of the last cell that finished, so the cell finds every
 name, module, open file and setting the earlier cells left, and IPython's
 shell itself, as in a long-lived kernel.  This process then:
@@ -258,6 +258,16 @@ def _prepare_process(spec: dict[str, Any]) -> None:
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="jupyter_client")
 
 
+def prepare_process() -> None:
+    """What this module sets before IPython or matplotlib are imported; the session's keeper calls it.
+
+    The keeper imports this module first and calls this before its other
+    preloads (:func:`cellbox.sandbox.snapshots.preload`), and again in each
+    cell's process forked from a snapshot.
+    """
+    _prepare_process({})
+
+
 class _NoChannel:
     """Where a shell built ahead of its cell sends: nowhere (it has no cell yet)."""
 
@@ -289,7 +299,7 @@ def warm_start() -> None:
 
     Building IPython's shell and running a first, empty cell through it costs
     tens of milliseconds, paid here while the kernel starts.  Every cell of the
-    session then runs in this shell's copies (see :mod:`cellbox._forkserver_child`).
+    session then runs in this shell's copies (see :mod:`cellbox.sandbox.snapshots`).
     """
     global _shell
     from .cellshell import CellShell
@@ -392,12 +402,12 @@ def _warn_threads() -> None:
 
 def _in_session() -> bool:
     """``True`` in a run the session forked to leave a snapshot: its code takes over when the cell returns."""
-    child = sys.modules.get("cellbox._forkserver_child")
-    return bool(getattr(child, "SNAPSHOT", False))
+    snapshots = sys.modules.get("cellbox.sandbox.snapshots")
+    return bool(getattr(snapshots, "SNAPSHOT", False))
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``python -m cellbox.cellrunner SPEC.json``; returns or ends the process with the cell's status.
+    """``python -m cellbox.kernel.cellrunner SPEC.json``: returns or ends the process with the cell's status.
 
     In a session's run it returns the status, and the session forks the next
     snapshot; spawned, it leaves at once without waiting for the cell's threads.
@@ -414,6 +424,6 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     # Run from the imported module, whose globals (the session's shell) the snapshots keep.
-    from cellbox.cellrunner import main as _main
+    from cellbox.kernel.cellrunner import main as _main
 
     sys.exit(_main())

@@ -1,13 +1,13 @@
 """The words a student sees when the sandbox stopped a cell: an error name and one sentence.
 
-The kernel turns a run's :class:`~cellbox.outcome.Outcome` into an ``error``
+The kernel turns a run's :class:`~cellbox.sandbox.outcome.Outcome` into an ``error``
 message with these; the README's table of cell errors is written from them.
 """
 
 from __future__ import annotations
 
-from .limits import Limits, format_size, format_time
-from .outcome import Outcome, Status
+from ..sandbox.limits import Limits, format_size, format_time
+from ..sandbox.outcome import Outcome, Status
 
 __all__ = ["error_for_outcome", "exit_reason"]
 

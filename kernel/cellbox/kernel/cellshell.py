@@ -1,6 +1,6 @@
 """IPython's shell with cellbox's plumbing, for the child that runs one cell.
 
-Imported only in a cell's child (by :mod:`cellbox.cellrunner`), never by the
+Imported only in a cell's child (by :mod:`cellbox.kernel.cellrunner`), never by the
 kernel process.  The shell is IPython's own :class:`InteractiveShell`; what
 changes is where things go:
 

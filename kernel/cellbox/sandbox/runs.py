@@ -4,7 +4,7 @@ This is the parent side.  It starts ``_launch.py`` (stdlib only) in a new
 session with a scrubbed environment; that launcher applies the limits in the
 child before exec and supervises the command's process tree.  The parent keeps
 the wall clock, reads stdout and stderr as a capped stream, obeys interrupts,
-and turns what happened into an :class:`~cellbox.outcome.Outcome`.
+and turns what happened into an :class:`~cellbox.sandbox.outcome.Outcome`.
 
 Safe to call from many threads at once: no Python code runs in the parent
 between fork and exec (no ``preexec_fn``), and each :class:`Run` owns its pipes.
@@ -15,32 +15,30 @@ Typical use::
     assert outcome.status is Status.OK
 
 The kernel and the grader start children only through :func:`start` /
-:func:`run`.  With ``forkserver=`` (a :class:`~cellbox.forkserver.ForkServer`)
+:func:`run`.  With ``forkserver=`` (a :class:`~cellbox.sandbox.session.ForkServer`)
 a ``python -m MODULE`` run is forked from a warm server instead of spawned; the
 pipes, the pump and the classification below are the same for both.
 """
 
 from __future__ import annotations
 
-import atexit
 import codecs
 import functools
 import json
 import os
 import pwd
-import queue
-import re
 import selectors
 import signal
 import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from .cgroups import PidsCgroup, pids_cgroup_root
+from .classify import classify, ends_in_memory_error, failed_reservation
 from .environment import TaskDirectory, build_environment
 from .isolation import (
     BWRAP_LAYERS,
@@ -82,8 +80,6 @@ READ_SIZE = 65536
 CHANNEL_LINE_MAX = 32 * 1024**2
 CHANNEL_TOTAL_MAX = 128 * 1024**2
 CHANNEL_FDS = (3, 4)
-_MEMORY_ERROR_RE = re.compile(r"^(?:[\w.]+\.)?MemoryError\b")
-_MEMORY_SIGNALS = {signal.SIGKILL, signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS}
 
 
 class ForkServerError(RuntimeError):
@@ -91,7 +87,7 @@ class ForkServerError(RuntimeError):
 
 
 class ForkServer(Protocol):
-    """What :func:`start` asks of a fork server (:class:`cellbox.forkserver.ForkServer` is the one).
+    """What :func:`start` asks of a fork server (:class:`cellbox.sandbox.session.ForkServer` is the one).
 
     Declared here so the core never imports the session above it.
     """
@@ -132,175 +128,6 @@ def resolve_user(user: str | int) -> tuple[int, int, list[int], str]:
         raise SandboxError(f"running children as {entry.pw_name!r} needs root; leave out the user option")
     groups = os.getgrouplist(entry.pw_name, entry.pw_gid)
     return entry.pw_uid, entry.pw_gid, groups, entry.pw_name
-
-
-def pids_cgroup_root() -> Path | None:
-    """A pids cgroup directory this process may create run cgroups in, or ``None``.
-
-    cgroup v1's ``pids`` hierarchy, or the v2 root when its ``pids`` controller is
-    on for children (see the kernel's cgroup-v1/pids.rst and cgroup-v2.rst).
-    Usually only root can write there; elsewhere RLIMIT_NPROC stands in.
-    """
-    candidates = [Path("/sys/fs/cgroup/pids")]
-    v2 = Path("/sys/fs/cgroup")
-    try:
-        if "pids" in (v2 / "cgroup.subtree_control").read_text().split():
-            candidates.append(v2)
-    except OSError:
-        pass
-    for path in candidates:
-        if (path / "cgroup.procs").exists() and os.access(path, os.W_OK):
-            return path
-    return None
-
-
-class _PidsCgroup:
-    """One run's pids cgroup: caps processes and threads, and lists all of them."""
-
-    def __init__(self, root: Path, limit: int) -> None:
-        _CGROUP_REMOVER.start(root)
-        self.path = root / f"{CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        self.path.mkdir()
-        try:
-            (self.path / "pids.max").write_text(str(limit))
-        except OSError:
-            self.path.rmdir()
-            raise
-
-    def remove(self) -> None:
-        for _ in range(50):
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                for line in (self.path / "cgroup.procs").read_text().split():
-                    try:
-                        os.kill(int(line), signal.SIGKILL)
-                    except OSError:
-                        pass
-                time.sleep(0.02)
-
-    def pids(self) -> list[int]:
-        """The processes in the cgroup now (``cgroup.procs``); empty once it is gone."""
-        try:
-            return [int(line) for line in (self.path / "cgroup.procs").read_text().split()]
-        except OSError:
-            return []
-
-    def refused(self) -> bool:
-        """``True`` when a fork or a thread was refused at ``pids.max`` (the ``max`` count of ``pids.events``)."""
-        try:
-            events = (self.path / "pids.events").read_text().split()
-        except OSError:
-            return False
-        counts = dict(zip(events[::2], events[1::2], strict=False))
-        return counts.get("max", "0") != "0"
-
-    def remove_later(self) -> None:
-        """Remove it in the background: rmdir(2) of a cgroup takes milliseconds no run's result should wait for."""
-        _CGROUP_REMOVER.put(self)
-
-
-CGROUP_PREFIX = "cellbox-"
-
-
-class _CgroupRemover:
-    """One background thread that removes the cgroups of finished runs, and those of dead processes.
-
-    A cgroup's rmdir(2) waits for the kernel to retire it (about 4 ms each on
-    cgroup v1): done here, it never delays a run's result.  Its first job, once
-    per process, is the empty cgroups that processes killed before they could
-    clean up left under the root (see :func:`_stale_cgroups`): those are only
-    rmdir'ed, never emptied by killing, since a maker that looks dead from here
-    may be alive in another pid namespace.  At exit the queue is drained, for
-    at most :data:`KILL_GRACE` seconds.
-    """
-
-    def __init__(self) -> None:
-        self._queue: queue.Queue[_PidsCgroup | Path] = queue.Queue()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._swept = False
-
-    def start(self, root: Path) -> None:
-        """Start the thread if needed, and queue the leftovers under ``root`` once."""
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._work, name="cellbox-cgroup-remover", daemon=True)
-                self._thread.start()
-                atexit.register(self.drain)
-            if self._swept:
-                return
-            self._swept = True
-        for stale in _stale_cgroups(root):
-            self._queue.put(stale)
-
-    def put(self, cgroup: _PidsCgroup) -> None:
-        self.start(cgroup.path.parent)
-        self._queue.put(cgroup)
-
-    def _work(self) -> None:
-        while True:
-            cgroup = self._queue.get()
-            try:
-                if isinstance(cgroup, Path):
-                    os.rmdir(cgroup)  # fails (EBUSY) while any process is in it
-                else:
-                    cgroup.remove()
-            except OSError:
-                pass  # gone, in use, or not ours to remove
-            finally:
-                self._queue.task_done()
-
-    def drain(self, timeout: float = KILL_GRACE) -> bool:
-        """Wait until every queued cgroup is removed; ``False`` when ``timeout`` seconds passed first."""
-        deadline = time.monotonic() + timeout
-        while self._queue.unfinished_tasks:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.005)
-        return True
-
-
-def _stale_cgroups(root: Path, now: float | None = None) -> list[Path]:
-    """Run cgroups under ``root`` that look left behind: their maker (the pid in the name) is not
-    running here, and they are older than :data:`STALE_CGROUP_AGE` seconds (so a run that has made its
-    cgroup but not yet moved its command in is never among them).  Only ever rmdir'ed: rmdir(2) of a
-    cgroup with a process in it fails, so a run of another pid namespace is never touched.
-    """
-    found = []
-    now = time.time() if now is None else now
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return []
-    for name in names:
-        maker = name[len(CGROUP_PREFIX) :].split("-", 1)[0]
-        if not name.startswith(CGROUP_PREFIX) or not maker.isdigit():
-            continue
-        try:
-            os.kill(int(maker), 0)
-            continue
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue  # alive, another user's
-        try:
-            if now - os.stat(root / name).st_mtime < STALE_CGROUP_AGE:
-                continue
-        except OSError:
-            continue
-        found.append(root / name)
-    return found
-
-
-# Seconds a cgroup of a dead maker must have existed before it counts as left behind.
-STALE_CGROUP_AGE = 60.0
-
-
-_CGROUP_REMOVER = _CgroupRemover()
 
 
 class _Stream:
@@ -346,7 +173,6 @@ class _Forked:
         self.returncode = -signal.SIGKILL
 
 
-
 class Run:
     """A started run.  Create with :func:`start`; finish with :meth:`wait`.
 
@@ -389,7 +215,7 @@ class Run:
         self._forkserver = forkserver
         self._release: Callable[[], None] | None = None
         self._pass_fds = dict(pass_fds or {})
-        self._cgroup: _PidsCgroup | None = None
+        self._cgroup: PidsCgroup | None = None
         self.start_method = "spawn"
         try:
             self._start(argv, cwd, env, stdin, on_stdout, on_stderr, channel, user)
@@ -608,7 +434,7 @@ class Run:
         root = pids_cgroup_root()
         if root is not None:
             try:
-                self._cgroup = _PidsCgroup(root, self.limits.processes)
+                self._cgroup = PidsCgroup(root, self.limits.processes)
                 spec["cgroup"] = str(self._cgroup.path)
                 self._isolation.append("pids-cgroup")
                 return
@@ -963,7 +789,7 @@ class Run:
             command_cpu=float(record.get("command_cpu", 0.0)),
             peak_memory=peak,
             limits=self.limits,
-            memory_error=self._memory_error or _ends_in_memory_error(stderr) or reservation is not None,
+            memory_error=self._memory_error or ends_in_memory_error(stderr) or reservation is not None,
         )
         if status is Status.MEMORY_LIMIT and reservation is not None and self.limits.memory:
             self._notes.append(
@@ -996,7 +822,7 @@ class Run:
         when the run's pids cgroup counted a refused fork (``pids.events``,
         cgroup-v1/pids.rst).
         """
-        phrase = _failed_reservation(stderr) if self.limits.memory else None
+        phrase = failed_reservation(stderr) if self.limits.memory else None
         if phrase != "can't start new thread":
             return phrase
         refused = self._cgroup.refused() if self._cgroup is not None else self._pids_refused
@@ -1105,76 +931,6 @@ def _writable_by(path: str, uid: int, groups: Sequence[int]) -> bool:
     return bool(info.st_mode & 0o003 == 0o003)
 
 
-# What programs print instead of a MemoryError when RLIMIT_AS refuses them:
-# OpenBLAS's buffers at numpy's import (in every cell once numpy is in the
-# carried state), and the dynamic loader mapping a library (an ImportError).
-_LIBRARY_OUT_OF_MEMORY = (
-    "OpenBLAS error: Memory allocation still failed",
-    "failed to map segment from shared object",
-)
-
-
-# What programs print when RLIMIT_AS refuses to *reserve* address space they
-# may never use: a thread's stack (Python's "can't start new thread"; with the
-# processes limit hit it reads the same, so the pids cgroup is asked first), a
-# JIT's code range (V8: "Fatal process OOM in Failed to reserve virtual memory
-# for CodeRange"), a runtime's heap (the JVM, Go).
-_RESERVATION_FAILURES = (
-    "can't start new thread",
-    "Failed to reserve virtual memory",
-    "Could not reserve enough space for",
-    "There is insufficient memory for the Java Runtime Environment",
-    "fatal error: out of memory",
-)
-
-
-def _failed_reservation(stderr: str) -> str | None:
-    """The phrase of :data:`_RESERVATION_FAILURES` in the tail of ``stderr``, or ``None``."""
-    tail = stderr[-4096:]
-    return next((phrase for phrase in _RESERVATION_FAILURES if phrase in tail), None)
-
-
-def _ends_in_memory_error(stderr: str) -> bool:
-    tail = stderr[-4096:]
-    lines = [line for line in tail.splitlines() if line.strip()]
-    if lines and _MEMORY_ERROR_RE.match(lines[-1]):
-        return True
-    return any(message in tail for message in _LIBRARY_OUT_OF_MEMORY)
-
-
-def classify(
-    *,
-    parent_action: Status | None,
-    exit_code: int | None,
-    signum: int | None,
-    command_cpu: float,
-    peak_memory: int,
-    limits: Limits,
-    memory_error: bool,
-) -> Status:
-    """Decide the one status of a run, in the design's order of precedence.
-
-    What the parent did comes first (``interrupted``, ``timed_out``,
-    ``output_limit``); then what the OS did at a limit (``cpu_limit``: SIGXCPU,
-    or SIGKILL with the command's CPU time at the limit; ``memory_limit``: an
-    uncaught MemoryError, or a fatal signal with peak memory near the cap);
-    then ``crashed`` (any other signal); then ``error`` (non-zero exit); else ``ok``.
-    """
-    if parent_action is not None:
-        return parent_action
-    if signum == signal.SIGXCPU or (signum == signal.SIGKILL and command_cpu >= limits.cpu_time - 0.05):
-        return Status.CPU_LIMIT
-    if memory_error and (exit_code not in (0, None) or signum is not None):
-        return Status.MEMORY_LIMIT
-    if signum in _MEMORY_SIGNALS and limits.memory and peak_memory >= 0.9 * limits.memory:
-        return Status.MEMORY_LIMIT
-    if signum is not None:
-        return Status.CRASHED
-    if exit_code:
-        return Status.ERROR
-    return Status.OK
-
-
 def start(
     argv: Sequence[str],
     *,
@@ -1209,16 +965,16 @@ def start(
         channel: give the child a message channel: fd 3 to write JSON lines to
             the parent, fd 4 to read the parent's replies (``CELLBOX_CHANNEL=3,4``).
         user: run the command as this user (name or uid); needs root.
-        isolation: the isolation layers the run asks for (:class:`~cellbox.isolation.Isolation`,
+        isolation: the isolation layers the run asks for (:class:`~cellbox.sandbox.isolation.Isolation`,
             or a mode: ``"none"``, ``"auto"``, ``"strict"``); default
             :data:`DEFAULT_ISOLATION`.  Active layers are listed in
             ``Outcome.isolation``; a wanted layer this machine lacks is named in
             ``Outcome.notes`` (``auto``) or stops the run (``strict``).
         start_method: ``"spawn"`` (a new interpreter through the launcher) or
             ``"forkserver"`` (forked from ``forkserver``; a run it cannot take
-            is spawned, see :meth:`cellbox.forkserver.ForkServer.refusal`).
+            is spawned, see :meth:`cellbox.sandbox.session.ForkServer.refusal`).
             Default: ``"forkserver"`` when a server is given, else ``"spawn"``.
-        forkserver: the :class:`~cellbox.forkserver.ForkServer` to fork from.
+        forkserver: the :class:`~cellbox.sandbox.session.ForkServer` to fork from.
         pass_fds: fds of this process given to the command at other numbers
             (``{source: target}``), as the fork server's hand-off socket is.
 

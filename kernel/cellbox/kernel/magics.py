@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .limits import LimitError, Limits
+from ..sandbox.limits import LimitError, Limits
 
 __all__ = ["split_limits_line", "register", "LIMITS_HELP", "NEEDS_LONG_LIVED_PROCESS"]
 

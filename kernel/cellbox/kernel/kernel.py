@@ -1,20 +1,20 @@
 """The ``cellbox`` Jupyter kernel: every cell in a fresh, limited child process.
 
 A wrapper kernel on :class:`ipykernel.kernelbase.Kernel` (the pattern of
-bash_kernel).  When it starts, it starts the session (:mod:`cellbox.forkserver`):
+bash_kernel).  When it starts, it starts the session (:mod:`cellbox.sandbox.session`):
 one sandbox with a keeper and the snapshots cells are forked from.  For each
 ``execute_request`` the kernel process:
 
 1. reads an optional first line ``%%limits wall=5 ...`` (a bad line is an error
    reply and the cell does not run), or a cell that is only ``%undo [N]``;
 2. writes the cell's spec to the session's task directory and starts ONE child,
-   ``python -m cellbox.cellrunner SPEC``, through :func:`cellbox.sandbox.start`
+   ``python -m cellbox.kernel.cellrunner SPEC``, through :func:`cellbox.sandbox.start`
    with a message channel, forked from the session's latest snapshot;
 3. forwards the child's output and its JSON messages (rich output, errors,
    input requests) as they come, in the order the child sent them;
 4. settles the snapshot the child left (kept when the cell finished in its own
    process, dropped when it was stopped) and turns the
-   :class:`~cellbox.outcome.Outcome` into the reply: a limit becomes an error
+   :class:`~cellbox.sandbox.outcome.Outcome` into the reply: a limit becomes an error
    with a name and a sentence (``CellTimeoutError: ...``), and the reply's
    metadata carries the Outcome under ``"cellbox"``.
 
@@ -48,15 +48,15 @@ from typing import Any
 from ipykernel.kernelbase import Kernel
 from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, default, validate
 
-from . import __version__
+from .. import __version__
+from ..sandbox.environment import TaskDirectory
+from ..sandbox.isolation import Isolation, IsolationError, describe
+from ..sandbox.limits import LimitError, Limits, format_size
+from ..sandbox.outcome import Outcome, Status
+from ..sandbox.runs import Run, SandboxError, start
+from ..sandbox.session import ForkServer, ForkServerError, installed
 from .cellerrors import error_for_outcome, exit_reason
-from .environment import TaskDirectory
-from .forkserver import ForkServer, ForkServerError
-from .isolation import Isolation, IsolationError, describe
-from .limits import LimitError, Limits, format_size
 from .magics import cell_limits
-from .outcome import Outcome, Status
-from .sandbox import Run, SandboxError, start
 
 __all__ = ["CellboxKernel", "main"]
 
@@ -66,6 +66,11 @@ _DEFAULTS = Limits()
 STREAM_DELAY = 0.05
 # Task directories of kernel sessions are named so (under the system's temp directory).
 TASK_PREFIX = "cellbox-kernel-"
+# The module each cell's process runs, and what the session imports before any cell:
+# numpy is cheap and most lessons use it; matplotlib (a third of a second) is imported
+# by the cell that uses it, once: the snapshot keeps it for the next cells.
+CELL_RUNNER = "cellbox.kernel.cellrunner"
+CELL_PRELOAD = (CELL_RUNNER, "cellbox.kernel.cellshell", "cellbox.kernel.magics", "IPython", "numpy")
 # In the task directory: the kernel's pid (to find directories of killed kernels).
 PID_FILE = "cellbox-kernel.pid"
 # Seconds of idleness after a reply before completion warms up (jedi's first analysis).
@@ -74,8 +79,7 @@ WARM_UP_IDLE = 2.0
 SESSION_READY_TIMEOUT = 120.0
 # The traceback's last line for a cell whose state is not kept (design: one line says so).
 DISCARDED = (
-    "cellbox: the cell was stopped, so what it changed is not kept: the next cell sees the names as they were "
-    "before it"
+    "cellbox: the cell was stopped, so what it changed is not kept: the next cell sees the names as they were before it"
 )
 # Statuses whose cell finished in its own process: its snapshot is the next cell's state.
 KEPT_STATUSES = (Status.OK, Status.ERROR, Status.MEMORY_LIMIT, Status.INTERRUPTED)
@@ -208,6 +212,8 @@ class CellboxKernel(Kernel):
         self._forkserver: ForkServer | None = None
         if self.start_method == "forkserver":
             self._forkserver = ForkServer(
+                installed(CELL_PRELOAD),
+                warm=CELL_RUNNER,
                 task=self.task,
                 isolation=self.cell_isolation(),
                 cwd=self.notebook_dir,
@@ -350,7 +356,7 @@ class CellboxKernel(Kernel):
         try:
             spec_path = self._write_spec(body, limits, silent, store_history, user_expressions or {}, allow_stdin)
             run = start(
-                [sys.executable, "-m", "cellbox.cellrunner", str(spec_path)],
+                [sys.executable, "-m", CELL_RUNNER, str(spec_path)],
                 limits=limits,
                 task=self.task,
                 cwd=self.notebook_dir,
@@ -863,11 +869,3 @@ def main() -> None:
     from ipykernel.kernelapp import IPKernelApp
 
     IPKernelApp.launch_instance(kernel_class=CellboxKernel)
-
-
-if __name__ == "__main__":
-    # Run the class from the imported module, so configuration such as
-    # --CellboxKernel.wall_time=30 and isinstance checks see one class.
-    from cellbox.kernel import main as _main
-
-    _main()

@@ -3,15 +3,16 @@
 A fresh interpreter per run costs tens of milliseconds, and far more when the
 run imports IPython or numpy; carrying a kernel's state by pickles loses what
 cannot be pickled and costs more the bigger the state.  A :class:`ForkServer`
-keeps one **session** per kernel (see :mod:`cellbox._forkserver_child` for the
-child side): a trusted keeper that has imported the cell runner and a preload
-list, a base snapshot forked from it with IPython's shell built, and, with
+keeps one **session** per kernel (see :mod:`cellbox.sandbox.keeper` for the
+child side): a trusted keeper that has imported a preload list (for the kernel:
+the cell runner, IPython, numpy), a base snapshot forked from it with IPython's shell built, and, with
 ``carry=True``, a chain of snapshots, each the process image of a cell that
 finished, which the next cell is forked from.  It sits behind the sandbox
 core's API::
 
-    server = ForkServer(task=task, isolation=Isolation.auto(), cwd=notebook_dir, carry=True)
-    run = start([sys.executable, "-m", "cellbox.cellrunner", spec], forkserver=server, task=task)
+    server = ForkServer(preload, warm="cellbox.kernel.cellrunner", task=task, isolation=Isolation.auto(),
+                        cwd=notebook_dir, carry=True)
+    run = start([sys.executable, "-m", "cellbox.kernel.cellrunner", spec], forkserver=server, task=task)
     outcome = run.wait()
     server.settle(keep=outcome.status is Status.OK)
 
@@ -52,21 +53,11 @@ from .environment import TaskDirectory, build_environment
 from .isolation import BWRAP_LAYERS, Isolation, landlock_rules, make_plan, probe
 from .limits import Limits
 from .outcome import Outcome
-from .sandbox import ForkServerError, start
+from .runs import ForkServerError, start
 
-__all__ = ["ForkServer", "ForkServerError", "DEFAULT_PRELOAD", "default_preload", "START_METHODS"]
+__all__ = ["ForkServer", "ForkServerError", "installed", "START_METHODS"]
 
 START_METHODS = ("spawn", "forkserver")
-# What every cell needs, imported by the keeper when installed.  numpy is cheap
-# and most lessons use it; matplotlib (a third of a second) is imported by the
-# cell that uses it, once: the snapshot keeps it for the next cells.
-DEFAULT_PRELOAD = (
-    "cellbox.cellrunner",
-    "cellbox.cellshell",
-    "cellbox.magics",
-    "IPython",
-    "numpy",
-)
 # Bytes of address space a pristine forked run needs beyond the base's own before
 # its memory limit is worth forking under (RLIMIT_AS counts what it inherited).
 MEMORY_HEADROOM = 128 * 1024**2
@@ -80,15 +71,15 @@ READY_TIMEOUT = 120.0
 SESSION_LAYERS = (*BWRAP_LAYERS, "landlock")
 
 
-def default_preload() -> list[str]:
-    """:data:`DEFAULT_PRELOAD` without the modules whose top-level package is not installed.
+def installed(names: Sequence[str]) -> list[str]:
+    """``names`` without the modules whose top-level package is not installed; nothing is imported.
 
     Only top-level packages are looked up: ``find_spec`` of a dotted name
     imports its parents.  The keeper reports a listed module that then fails to
     import (:attr:`ForkServer.failed`).
     """
     found = []
-    for name in DEFAULT_PRELOAD:
+    for name in names:
         top = name.partition(".")[0]
         try:
             if top in sys.modules or find_spec(top) is not None:
@@ -140,7 +131,7 @@ class _Server:
         )
         try:
             self.run = start(
-                [sys.executable, "-m", "cellbox._forkserver_child", json.dumps(config)],
+                [sys.executable, "-m", "cellbox.sandbox.keeper", json.dumps(config)],
                 limits=_server_limits(),
                 task=setup.task,
                 cwd=setup.cwd,
@@ -252,11 +243,11 @@ class ForkServer:
     """A session of warm, sandboxed processes that the runs of one kernel (or test) are forked from.
 
     Args:
-        preload: modules the keeper imports (default :func:`default_preload`);
-            a module that fails to import is listed in :attr:`failed`.
+        preload: modules the keeper imports (see :func:`installed`); a module
+            that fails to import is listed in :attr:`failed`.
         task: the task directory whose ``home/`` and ``tmp/`` the session's
             environment names (the runs' own environments are set per run).
-        isolation: the session's sandbox (:class:`~cellbox.isolation.Isolation`),
+        isolation: the session's sandbox (:class:`~cellbox.sandbox.isolation.Isolation`),
             set up once for the keeper, its snapshots and every run; runs that
             ask for other layers are spawned.  Default: none.
         cwd: the directory the session's view shows writable (a kernel's notebook
@@ -265,8 +256,10 @@ class ForkServer:
             latest kept snapshot and leaves a new one (see :meth:`settle`);
             other runs are always forked from the pristine base.
         undo_depth: kept snapshots beyond the current one, for :meth:`undo`.
-        warm: the module whose ``warm_start()`` the base snapshot calls (default
-            :mod:`cellbox.cellrunner` when preloaded: it builds IPython's shell).
+        warm: the runs' entry module, when preloaded: the keeper imports it first and calls its
+            ``prepare_process()``, the base snapshot calls its ``warm_start()``, and every run
+            of it starts from its code already compiled (the kernel's cell runner builds
+            IPython's shell there).
         handoff_timeout: seconds a hand-off may take before the run is spawned.
 
     Start it with :meth:`start` (returns at once; the keeper imports in the
@@ -278,17 +271,17 @@ class ForkServer:
 
     def __init__(
         self,
-        preload: Sequence[str] | None = None,
+        preload: Sequence[str] = (),
         *,
         task: TaskDirectory | None = None,
         isolation: Isolation | None = None,
         cwd: str | os.PathLike[str] | None = None,
         carry: bool = False,
         undo_depth: int = 0,
-        warm: str | None = "cellbox.cellrunner",
+        warm: str | None = None,
         handoff_timeout: float = HANDOFF_TIMEOUT,
     ) -> None:
-        names = tuple(default_preload() if preload is None else preload)
+        names = tuple(preload)
         self._own_task = task is None
         self.task = task or TaskDirectory.create(prefix="cellbox-forkserver-")
         self.setup = _Setup(

@@ -1,0 +1,12 @@
+"""The cellbox Jupyter kernel: IPython's shell in a fresh, limited process per cell.
+
+* :mod:`~cellbox.kernel.kernel`: the kernel process (:class:`~cellbox.kernel.kernel.CellboxKernel`), which never
+  runs cell code; start it with ``python -m cellbox.kernel -f CONNECTION_FILE``;
+* :mod:`~cellbox.kernel.cellrunner`: the cell runner, in the cell's own process (forked from the session's snapshot);
+* :mod:`~cellbox.kernel.cellshell`: the IPython shell the cell runner runs cells in;
+* :mod:`~cellbox.kernel.magics`: ``%%limits`` and the magics that need a long-lived process;
+* :mod:`~cellbox.kernel.cellerrors`: a stopped cell's error, as a student reads it;
+* :mod:`~cellbox.kernel.completion`: completion and inspection (jedi), in the kernel process.
+
+Nothing is imported here: a cell's process imports only what it runs.
+"""

@@ -1,0 +1,192 @@
+"""A run's pids cgroup: it caps the processes and threads of a run, and lists every one of them.
+
+A process cannot leave a cgroup it was put in without write access to
+another (cgroups(7)), so the cgroup finds a run's processes that left its
+session and process group.  Only where this process may create cgroups
+(usually root): elsewhere RLIMIT_NPROC stands in (see :mod:`cellbox.sandbox.runs`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import queue
+import signal
+import threading
+import time
+import uuid
+from pathlib import Path
+
+__all__ = ["PidsCgroup", "pids_cgroup_root", "stale_cgroups", "REMOVER", "CGROUP_PREFIX", "STALE_CGROUP_AGE"]
+
+# Seconds the cgroups of finished runs may take to be removed when the process exits.
+DRAIN_TIMEOUT = 2.0
+
+
+def pids_cgroup_root() -> Path | None:
+    """A pids cgroup directory this process may create run cgroups in, or ``None``.
+
+    cgroup v1's ``pids`` hierarchy, or the v2 root when its ``pids`` controller is
+    on for children (see the kernel's cgroup-v1/pids.rst and cgroup-v2.rst).
+    Usually only root can write there; elsewhere RLIMIT_NPROC stands in.
+    """
+    candidates = [Path("/sys/fs/cgroup/pids")]
+    v2 = Path("/sys/fs/cgroup")
+    try:
+        if "pids" in (v2 / "cgroup.subtree_control").read_text().split():
+            candidates.append(v2)
+    except OSError:
+        pass
+    for path in candidates:
+        if (path / "cgroup.procs").exists() and os.access(path, os.W_OK):
+            return path
+    return None
+
+
+class PidsCgroup:
+    """One run's pids cgroup: caps processes and threads, and lists all of them."""
+
+    def __init__(self, root: Path, limit: int) -> None:
+        REMOVER.start(root)
+        self.path = root / f"{CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self.path.mkdir()
+        try:
+            (self.path / "pids.max").write_text(str(limit))
+        except OSError:
+            self.path.rmdir()
+            raise
+
+    def remove(self) -> None:
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                for line in (self.path / "cgroup.procs").read_text().split():
+                    try:
+                        os.kill(int(line), signal.SIGKILL)
+                    except OSError:
+                        pass
+                time.sleep(0.02)
+
+    def pids(self) -> list[int]:
+        """The processes in the cgroup now (``cgroup.procs``); empty once it is gone."""
+        try:
+            return [int(line) for line in (self.path / "cgroup.procs").read_text().split()]
+        except OSError:
+            return []
+
+    def refused(self) -> bool:
+        """``True`` when a fork or a thread was refused at ``pids.max`` (the ``max`` count of ``pids.events``)."""
+        try:
+            events = (self.path / "pids.events").read_text().split()
+        except OSError:
+            return False
+        counts = dict(zip(events[::2], events[1::2], strict=False))
+        return counts.get("max", "0") != "0"
+
+    def remove_later(self) -> None:
+        """Remove it in the background: rmdir(2) of a cgroup takes milliseconds no run's result should wait for."""
+        REMOVER.put(self)
+
+
+CGROUP_PREFIX = "cellbox-"
+
+
+class CgroupRemover:
+    """One background thread that removes the cgroups of finished runs, and those of dead processes.
+
+    A cgroup's rmdir(2) waits for the kernel to retire it (about 4 ms each on
+    cgroup v1): done here, it never delays a run's result.  Its first job, once
+    per process, is the empty cgroups that processes killed before they could
+    clean up left under the root (see :func:`stale_cgroups`): those are only
+    rmdir'ed, never emptied by killing, since a maker that looks dead from here
+    may be alive in another pid namespace.  At exit the queue is drained, for
+    at most :data:`DRAIN_TIMEOUT` seconds.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[PidsCgroup | Path] = queue.Queue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._swept = False
+
+    def start(self, root: Path) -> None:
+        """Start the thread if needed, and queue the leftovers under ``root`` once."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._work, name="cellbox-cgroup-remover", daemon=True)
+                self._thread.start()
+                atexit.register(self.drain)
+            if self._swept:
+                return
+            self._swept = True
+        for stale in stale_cgroups(root):
+            self._queue.put(stale)
+
+    def put(self, cgroup: PidsCgroup) -> None:
+        self.start(cgroup.path.parent)
+        self._queue.put(cgroup)
+
+    def _work(self) -> None:
+        while True:
+            cgroup = self._queue.get()
+            try:
+                if isinstance(cgroup, Path):
+                    os.rmdir(cgroup)  # fails (EBUSY) while any process is in it
+                else:
+                    cgroup.remove()
+            except OSError:
+                pass  # gone, in use, or not ours to remove
+            finally:
+                self._queue.task_done()
+
+    def drain(self, timeout: float = DRAIN_TIMEOUT) -> bool:
+        """Wait until every queued cgroup is removed; ``False`` when ``timeout`` seconds passed first."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+        return True
+
+
+def stale_cgroups(root: Path, now: float | None = None) -> list[Path]:
+    """Run cgroups under ``root`` that look left behind: their maker (the pid in the name) is not
+    running here, and they are older than :data:`STALE_CGROUP_AGE` seconds (so a run that has made its
+    cgroup but not yet moved its command in is never among them).  Only ever rmdir'ed: rmdir(2) of a
+    cgroup with a process in it fails, so a run of another pid namespace is never touched.
+    """
+    found = []
+    now = time.time() if now is None else now
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    for name in names:
+        maker = name[len(CGROUP_PREFIX) :].split("-", 1)[0]
+        if not name.startswith(CGROUP_PREFIX) or not maker.isdigit():
+            continue
+        try:
+            os.kill(int(maker), 0)
+            continue
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue  # alive, another user's
+        try:
+            if now - os.stat(root / name).st_mtime < STALE_CGROUP_AGE:
+                continue
+        except OSError:
+            continue
+        found.append(root / name)
+    return found
+
+
+# Seconds a cgroup of a dead maker must have existed before it counts as left behind.
+STALE_CGROUP_AGE = 60.0
+
+
+REMOVER = CgroupRemover()

@@ -1,0 +1,91 @@
+"""How a run ended: the one :class:`~cellbox.sandbox.outcome.Status` of a run, from what happened to it.
+
+The order of precedence is the design's (see :func:`classify`); the phrases
+below are how programs report a memory limit they hit without dying of a
+signal.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+
+from .limits import Limits
+from .outcome import Status
+
+__all__ = ["classify", "ends_in_memory_error", "failed_reservation", "RESERVATION_FAILURES"]
+
+# The last line of a traceback for an uncaught MemoryError (any module's subclass too).
+MEMORY_ERROR_RE = re.compile(r"^(?:[\w.]+\.)?MemoryError\b")
+# Signals a process dies of when it runs out of memory: the OOM killer's, and allocators' own aborts.
+MEMORY_SIGNALS = {signal.SIGKILL, signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS}
+
+# What programs print instead of a MemoryError when RLIMIT_AS refuses them:
+# OpenBLAS's buffers at numpy's import (in every cell once numpy is in the
+# carried state), and the dynamic loader mapping a library (an ImportError).
+LIBRARY_OUT_OF_MEMORY = (
+    "OpenBLAS error: Memory allocation still failed",
+    "failed to map segment from shared object",
+)
+
+
+# What programs print when RLIMIT_AS refuses to *reserve* address space they
+# may never use: a thread's stack (Python's "can't start new thread"; with the
+# processes limit hit it reads the same, so the pids cgroup is asked first), a
+# JIT's code range (V8: "Fatal process OOM in Failed to reserve virtual memory
+# for CodeRange"), a runtime's heap (the JVM, Go).
+RESERVATION_FAILURES = (
+    "can't start new thread",
+    "Failed to reserve virtual memory",
+    "Could not reserve enough space for",
+    "There is insufficient memory for the Java Runtime Environment",
+    "fatal error: out of memory",
+)
+
+
+def failed_reservation(stderr: str) -> str | None:
+    """The phrase of :data:`RESERVATION_FAILURES` in the tail of ``stderr``, or ``None``."""
+    tail = stderr[-4096:]
+    return next((phrase for phrase in RESERVATION_FAILURES if phrase in tail), None)
+
+
+def ends_in_memory_error(stderr: str) -> bool:
+    """``True`` when ``stderr`` ends in an uncaught MemoryError, or holds a library's out-of-memory message."""
+    tail = stderr[-4096:]
+    lines = [line for line in tail.splitlines() if line.strip()]
+    if lines and MEMORY_ERROR_RE.match(lines[-1]):
+        return True
+    return any(message in tail for message in LIBRARY_OUT_OF_MEMORY)
+
+
+def classify(
+    *,
+    parent_action: Status | None,
+    exit_code: int | None,
+    signum: int | None,
+    command_cpu: float,
+    peak_memory: int,
+    limits: Limits,
+    memory_error: bool,
+) -> Status:
+    """Decide the one status of a run, in the design's order of precedence.
+
+    What the parent did comes first (``interrupted``, ``timed_out``,
+    ``output_limit``); then what the OS did at a limit (``cpu_limit``: SIGXCPU,
+    or SIGKILL with the command's CPU time at the limit; ``memory_limit``: an
+    uncaught MemoryError, or a fatal signal with peak memory near the cap);
+    then ``crashed`` (any other signal); then ``error`` (non-zero exit); else ``ok``.
+    """
+    if parent_action is not None:
+        return parent_action
+    if signum == signal.SIGXCPU or (signum == signal.SIGKILL and command_cpu >= limits.cpu_time - 0.05):
+        return Status.CPU_LIMIT
+    if memory_error and (exit_code not in (0, None) or signum is not None):
+        return Status.MEMORY_LIMIT
+    if signum in MEMORY_SIGNALS and limits.memory and peak_memory >= 0.9 * limits.memory:
+        return Status.MEMORY_LIMIT
+    if signum is not None:
+        return Status.CRASHED
+    if exit_code:
+        return Status.ERROR
+    return Status.OK

@@ -1,0 +1,543 @@
+"""The session's keeper: the trusted supervisor of a session's snapshot chain and of its one run.
+
+Standard library only until the preload list is imported.  The parent
+(:class:`cellbox.sandbox.session.ForkServer`) starts this module through the sandbox
+core's launcher, ``python -m cellbox.sandbox.keeper CONFIG``, inside the
+session's isolation (its namespaces, user and pids cgroup), so the whole
+session runs with the scrubbed environment, under rlimits, in a tree the
+launcher kills with everything in it.  Its fd 3 is one end of a
+``SOCK_SEQPACKET`` socket pair that only the kernel holds.
+
+Who is who (one session)::
+
+    kernel ──socket──> keeper K (this module's main; trusted: never runs cell code)
+                        ├── base snapshot S0  (forked once: warm shell, no cell has run in it)
+                        ├── snapshots S1..Sn  (each a fork of a finished cell: its state)
+                        └── cell C            (forked from Sn, or from S0 for a pristine run)
+
+* The **keeper** imports the preload list, forks ``S0``, and then only
+  supervises: it is a child subreaper (every process of a run ends up its
+  child), not dumpable (prctl(2) ``PR_SET_DUMPABLE``: no ptrace, no
+  ``/proc/K/mem`` or ``environ`` for anyone of its user), and outside the
+  Landlock domain its snapshots and cells are in, so none of them can signal
+  or trace it (landlock(7), ``LANDLOCK_SCOPE_SIGNAL``).  Per run it obeys the
+  control pipe (``interrupt``, ``kill``), reaps, kills every process of the run
+  when its command ends, and writes the launcher's JSON exit record on the
+  status pipe.
+
+Snapshots, the chain, and the commands forked from them are in :mod:`cellbox.sandbox.snapshots`.
+
+Requests on the kernel's socket, one JSON message each (fds beside, as
+SCM_RIGHTS, unix(7)), one reply each: ``run`` (the run's spec and pipes;
+reply: the command's pid), ``settle`` (keep or drop the newest snapshot),
+``undo`` (drop the last N kept snapshots), ``stat`` (sizes).
+"""
+
+import gc
+import json
+import math
+import os
+import resource
+import select
+import signal
+import socket
+import sys
+import time
+
+from . import _launch, snapshots
+from .snapshots import (
+    Chain,
+    Snapshot,
+    prefetch,
+    preload,
+    process_state,
+    receive,
+    send_json,
+    set_dumpable,
+    set_name,
+    start_base,
+    vm_size,
+)
+
+KEEPER_NAME = b"cellbox-keeper"
+# Seconds between two looks at a run's CPU time, for a run that keeps soft limits only.
+CPU_CHECK = 0.1
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+# --------------------------------------------------------------------------- the processes of a run
+
+
+def subtree(root):
+    """Live descendants of ``root``, from /proc/PID/task/TID/children (proc(5)).
+
+    Reads only the subtree, not all of /proc; falls back to the launcher's scan
+    of /proc where the kernel has no ``children`` files.
+    """
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    children = [int(child) for child in f.read().split()]
+            except FileNotFoundError:
+                if pid == root and tid == tasks[0]:
+                    return _launch.descendants(root)
+                continue
+            except (OSError, ValueError):
+                continue
+            for child in children:
+                state = process_state(child)
+                if state is not None and state[0] != "Z":
+                    found.append(child)
+                todo.append(child)
+    return found
+
+
+def cpu_seconds(pid):
+    """User and system CPU seconds of ``pid`` so far (/proc/PID/stat), 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def resident_of(pid):
+    """Resident bytes of ``pid`` (/proc/PID/statm, cheap), 0 when unreadable."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, TypeError):
+        return 0
+
+
+def memory_of(pid):
+    """``{"rss": bytes, "pss": bytes}`` of ``pid`` (/proc/PID/smaps_rollup), zeros when unreadable."""
+    sizes = {"rss": 0, "pss": 0}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("Rss", "Pss"):
+                    sizes[key.lower()] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError):
+        pass
+    return sizes
+
+
+class Run:
+    """The one run the keeper supervises: its pipes, its command, its accounts."""
+
+    def __init__(self, request, named, pid, following):
+        self.spec = request
+        self.status_fd = named["status"]
+        self.control_fd = named["control"]
+        self.pid = pid
+        self.following = following  # the keeper's end of the next snapshot's socket, or None
+        self.status = None
+        self.rusage = None
+        self.peak_kib = 0
+        self.killed = set()
+        self.kill_requested = False
+        self.cpu_before = self.children_cpu()
+        # Only a run that becomes a snapshot keeps soft limits alone, and needs its hard CPU limit kept here.
+        cpu = float(request["limits"]["cpu_time"])
+        self.cpu_hard = math.ceil(cpu) + 1 if following is not None else None
+        self.refusals_before = None
+
+    @staticmethod
+    def children_cpu():
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+
+class Keeper:
+    """The session's trusted supervisor: the snapshot chain and the run now going."""
+
+    def __init__(self, sock, config):
+        self.sock = sock
+        self.config = config
+        self.chain = Chain(int(config.get("undo_depth", 0)))
+        self.run = None
+        self.wake_r = None
+
+    # ---------------------------------------------------------------- start
+
+    def start_base(self):
+        """Fork ``S0`` and wait for its hello; the hello's facts (Landlock) for the ready message."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                self.sock.close()
+                mine.close()
+                start_base(theirs, self.config)
+            finally:
+                os._exit(1)
+        theirs.close()
+        mine.settimeout(self.config.get("ready_timeout", 120))
+        hello, _fds = receive(mine)
+        if not hello or hello.get("pid") != pid:
+            raise OSError(0, "the base snapshot did not start")
+        self.chain.base = Snapshot(pid, mine)
+        self.chain.base.stop()
+        return hello
+
+    # ---------------------------------------------------------------- loop
+
+    def serve(self):
+        wake_r, _wake_w = _launch.supervisor_signals()
+        self.wake_r = wake_r
+        while True:
+            watched = [self.sock, wake_r]
+            if self.run is not None:
+                watched.append(self.run.control_fd)
+            # A run whose command keeps its hard limits (a snapshot's) is held to
+            # RLIMIT_CPU's hard limit here: looked at every CPU_CHECK seconds.
+            timeout = CPU_CHECK if self.run is not None and self.run.cpu_hard is not None else None
+            ready, _, _ = select.select(watched, [], [], timeout)
+            if self.run is not None and self.run.cpu_hard is not None:
+                self.enforce_cpu()
+            if wake_r in ready:
+                try:
+                    os.read(wake_r, 4096)
+                except OSError:
+                    pass
+            if self.run is not None and self.run.control_fd in ready:
+                self.on_control()
+            self.reap()
+            if self.run is not None and self.run.status is not None:
+                self.end_run()
+            if self.sock in ready and not self.on_request():
+                return
+
+    def on_request(self):
+        """One request from the kernel; ``False`` when the kernel is gone."""
+        try:
+            request, fds = receive(self.sock)
+        except OSError:
+            return False
+        if request is None:
+            return False
+        op = request.get("op", "run")
+        if op == "run":
+            reply = self.start_run(request, fds)
+        elif op == "settle":
+            reply = self.settle(bool(request.get("keep")))
+        elif op == "undo":
+            reply = self.undo(int(request.get("n", 1)))
+        elif op == "stat":
+            reply = self.stat()
+        else:
+            reply = {"error": f"unknown request {op!r}"}
+        send_json(self.sock, reply)
+        return True
+
+    # ---------------------------------------------------------------- runs
+
+    def start_run(self, request, fds):
+        """Fork the run from the snapshot it names; reply with the command's pid.
+
+        A snapshot that does not fork the run as asked (its reply names another
+        process, or none: cell code runs in it) is dropped with whatever it
+        started, and the run is forked from the snapshot before it; the run's
+        notes say its state is older than asked.
+        """
+        named = dict(zip(request["handoff"], fds, strict=True))
+        if self.run is not None or self.chain.empty():
+            for fd in fds:
+                os.close(fd)
+            return {"error": "the session is busy with another run" if self.run else "the base snapshot is gone"}
+        if self.chain.pending is not None:
+            self.settle(False)  # never settled: the kernel moved on without it
+        self.set_processes(request)
+        problem = None
+        try:
+            for source in self.sources(request):
+                pid, following, problem = self.fork_from(source, request, named)
+                if pid is not None:
+                    if problem:
+                        _launch.note(named["status"], problem)
+                    self.run = Run(request, named, pid, following)
+                    self.run.refusals_before = self.pids_refusals()
+                    return {"pid": pid}
+        finally:
+            # The command has its own copies now; the keeper keeps only status and control.
+            for name in named:
+                if name not in ("status", "control"):
+                    os.close(named[name])
+        for name in ("status", "control"):
+            os.close(named[name])
+        return {"error": problem or "no snapshot could fork the run"}
+
+    def sources(self, request):
+        """The snapshots to fork the run from, in order: the latest kept one, then older ones, then the base."""
+        return self.chain.sources(carried=request.get("from") == "current")
+
+    def fork_from(self, source, request, named):
+        """One try: ``(pid, following socket, note)``, or ``(None, None, why)`` after dropping ``source``."""
+        following = theirs = None
+        if request.get("snapshot"):
+            following, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        go_r, go_w = os.pipe()
+        names = [name for name in named if name != "control"] + ["go"] + (["snapshot"] if theirs else [])
+        carried = [named[name] for name in names if name not in ("go", "snapshot")] + [go_r]
+        carried += [theirs.fileno()] if theirs else []
+        try:
+            pid = source.fork(dict(request, handoff=names), carried, self.chain.pids())
+            os.write(go_w, b"x")
+            return pid, following, None
+        except OSError as exc:
+            problem = exc.strerror or str(exc)
+        finally:
+            os.close(go_r)
+            os.close(go_w)  # the command that was not told to go reads end of file, and leaves
+            if theirs is not None:
+                theirs.close()
+        if following is not None:
+            following.close()
+        which = "base" if source is self.chain.base else "latest"
+        self.drop(source)
+        return (
+            None,
+            None,
+            (
+                f"session: the {which} snapshot did not fork the run ({problem}); it was dropped, and the run "
+                "was forked from the one before it"
+            ),
+        )
+
+    def drop(self, snapshot):
+        """Kill a snapshot that misbehaved, and every process of the session that is not a kept snapshot."""
+        self.chain.remove(snapshot)
+        spared = self.chain.pids()
+        _launch.kill_processes(None, [pid for pid in subtree(os.getpid()) if pid not in spared])
+        self.reap()
+
+    def set_processes(self, request):
+        """The run's processes limit on the session's pids cgroup: the session's own tasks, plus the run's.
+
+        Counted here (the keeper and its snapshots, threads included), not read
+        from ``pids.current``, which still counts the last run's unreaped zombies.
+        """
+        cgroup = self.config.get("cgroup")
+        if not cgroup:
+            return
+        mine = [os.getpid(), *subtree(os.getpid())]
+        tasks = 0
+        for pid in mine:
+            try:
+                tasks += len(os.listdir(f"/proc/{pid}/task"))
+            except OSError:
+                continue
+        try:
+            with open(os.path.join(cgroup, "pids.max"), "w") as f:
+                # The limit counts the command itself; the snapshot's middle process
+                # lives a moment beside it.
+                f.write(str(tasks + 1 + int(request["limits"]["processes"])))
+        except (OSError, ValueError):
+            pass
+
+    def pids_refusals(self):
+        """How many forks the session's pids cgroup has refused so far (``max`` in ``pids.events``), or ``None``."""
+        cgroup = self.config.get("cgroup")
+        if not cgroup:
+            return None
+        try:
+            with open(os.path.join(cgroup, "pids.events")) as f:
+                words = f.read().split()
+        except OSError:
+            return None
+        counts = dict(zip(words[::2], words[1::2], strict=False))
+        return int(counts.get("max", "0"))
+
+    def enforce_cpu(self):
+        """SIGKILL each process of the run whose CPU time reached the run's hard limit (soft + 1 s, setrlimit(2))."""
+        run, spared = self.run, self.chain.pids()
+        spent = [pid for pid in subtree(os.getpid()) if pid not in spared and cpu_seconds(pid) >= run.cpu_hard]
+        _launch.kill_processes(None, spent)
+
+    def on_control(self):
+        run = self.run
+        for word in _launch.control_words(run.control_fd):
+            if word == b"interrupt":
+                try:
+                    os.killpg(run.pid, signal.SIGINT)
+                except OSError:
+                    pass
+            elif word == b"kill":
+                run.kill_requested = True
+                self.kill_run()
+
+    def reap(self):
+        """Reap every exited child: the command's status and rusage, the others' peak; drop dead snapshots."""
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            run = self.run
+            if run is not None:
+                run.peak_kib = max(run.peak_kib, usage.ru_maxrss)
+                if pid == run.pid:
+                    run.status, run.rusage = status, usage
+            self.chain.forget(pid)
+
+    def kill_run(self):
+        """SIGKILL every process of the run (every descendant but the snapshots) until none is left.
+
+        Once the command is reaped, every process it left is in this
+        process's subtree (its orphans were re-parented here before it could
+        be reaped), so one scan that finds none of them is the end.
+        """
+        run = self.run
+        while True:
+            spared = self.chain.pids()
+            # Below a snapshot too: whatever cell code a snapshot ran (an at-fork handler's
+            # child) is the run's, and dies with it.
+            pids = [pid for pid in subtree(os.getpid()) if pid not in spared]
+            run.killed.update(pid for pid in pids if pid != run.pid)
+            _launch.kill_processes(run.pid if run.status is None else None, pids)
+            self.reap()
+            if not pids and run.status is not None:
+                return
+            select.select([], [], [], 0.001)
+
+    def end_run(self):
+        """The command has ended: take its snapshot, kill the rest, report."""
+        run = self.run
+        self.take_snapshot(run)
+        self.kill_run()
+        self.report(run)
+        for fd in (run.status_fd, run.control_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.run = None
+
+    def take_snapshot(self, run):
+        """Accept the hello the finished command's snapshot sent, if it names a child of ours; stop it at once.
+
+        fork(2) copied the command's main thread only; a thread that an at-fork
+        handler of the cell's starts in it is stopped with it (SIGSTOP stops
+        the whole process), so nothing runs in a snapshot between cells.
+        """
+        following, run.following = run.following, None
+        if following is None:
+            return
+        following.setblocking(False)
+        try:
+            hello, _fds = receive(following)
+        except (OSError, ValueError):
+            hello = None
+        pid = hello.get("pid") if isinstance(hello, dict) else None
+        state = process_state(pid) if isinstance(pid, int) else None
+        if state is None or state[1] != os.getpid() or not self.chain.offer(Snapshot(pid, following)):
+            following.close()
+            return
+        following.setblocking(True)
+
+    def report(self, run):
+        status = run.status
+        record = {
+            "event": "exit",
+            "killed": len(run.killed),
+            "kill_requested": run.kill_requested,
+            "snapshot": self.chain.pending is not None,
+        }
+        if os.WIFSIGNALED(status):
+            record["signal"] = os.WTERMSIG(status)
+        else:
+            record["exit_code"] = os.WEXITSTATUS(status)
+        if run.refusals_before is not None:
+            record["pids_refused"] = (self.pids_refusals() or 0) > run.refusals_before
+        mine = run.rusage
+        record["command_cpu"] = mine.ru_utime + mine.ru_stime
+        record["cpu"] = max(record["command_cpu"], Run.children_cpu() - run.cpu_before)
+        record["peak_kib"] = max(run.peak_kib, mine.ru_maxrss)
+        _launch.emit(run.status_fd, record)
+
+    # ---------------------------------------------------------------- the chain
+
+    def settle(self, keep):
+        """Keep the newest snapshot as the session's state, or drop it (:meth:`Chain.settle`)."""
+        kept = self.chain.settle(keep)
+        self.reap()
+        current = self.chain.current()
+        return {"kept": kept, "depth": len(self.chain.kept), "rss": resident_of(current.pid if current else None)}
+
+    def undo(self, count):
+        """Drop the newest ``count`` kept snapshots (:meth:`Chain.undo`)."""
+        undone = self.chain.undo(count)
+        self.reap()
+        return {"undone": undone, "depth": len(self.chain.kept)}
+
+    def stat(self):
+        size, resident = vm_size()
+        snaps = self.chain.snapshots()
+        return {
+            "vm_size": size,
+            "rss": resident,
+            "snapshots": [{"pid": snap.pid, **memory_of(snap.pid)} for snap in snaps],
+            "keeper": memory_of(os.getpid()),
+        }
+
+
+def own_pids_cgroup():
+    """This process's pids cgroup directory when its ``pids.max`` is writable here (cgroups(7)), else ``None``.
+
+    cgroup v1's ``pids`` hierarchy first (``N:pids:/path``), else the v2 one (``0::/path``).
+    """
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = [line.strip().split(":", 2) for line in f if line.count(":") >= 2]
+    except OSError:
+        return None
+    places = [
+        os.path.join("/sys/fs/cgroup/pids", path.lstrip("/")) for _n, kinds, path in lines if "pids" in kinds.split(",")
+    ]
+    places += [os.path.join("/sys/fs/cgroup", path.lstrip("/")) for n, kinds, path in lines if n == "0" and not kinds]
+    for directory in places:
+        if os.access(os.path.join(directory, "pids.max"), os.W_OK):
+            return directory
+    return None
+
+
+def main():
+    config = json.loads(sys.argv[1])
+    set_name(KEEPER_NAME)
+    sock = socket.socket(fileno=int(config.get("fd", 3)))
+    started = time.monotonic()
+    loaded, failed = preload(config.get("preload", []), config.get("warm"))
+    snapshots.PREFETCHED = prefetch(config.get("warm"))
+    _launch.become_subreaper(2)
+    gc.collect()
+    gc.freeze()
+    config.setdefault("cgroup", own_pids_cgroup())
+    keeper = Keeper(sock, config)
+    hello = keeper.start_base()
+    # From here on nothing of this process is open to its own user's programs.
+    dumpable = set_dumpable(False)
+    size, resident = vm_size()
+    size = max(size, int(hello.get("vm_size", 0)))  # what a pristine run starts with: the base's
+    ready = {"event": "ready", "pid": os.getpid(), "vm_size": size, "rss": resident, "loaded": loaded}
+    ready.update(failed=failed, landlock=hello.get("landlock"), dumpable=not dumpable, cgroup=bool(config["cgroup"]))
+    ready["seconds"] = round(time.monotonic() - started, 3)
+    send_json(sock, ready)
+    keeper.serve()
+
+
+if __name__ == "__main__":
+    main()

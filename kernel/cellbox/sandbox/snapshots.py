@@ -1,0 +1,671 @@
+"""The snapshot chain: process images that hold a session's state, and the runs forked from them.
+
+Standard library only until the preload list is imported.  Runs in the
+session's processes (see :mod:`cellbox.sandbox.keeper` for who is who): the
+keeper holds a :class:`Chain` of :class:`Snapshot` handles; the functions
+below run in the snapshots themselves and in the commands they fork.
+
+* A **snapshot** is a process image that holds a session's state, so it
+  holds a cell's memory: nothing it says is trusted.  It is not dumpable (no
+  later cell may trace it or write its memory), and stopped (SIGSTOP) while
+  nobody needs it, so no work of a cell runs between cells; the keeper
+  continues it to fork one run, then stops it again.  It forks twice, so the
+  run's command is re-parented to the keeper, which alone waits for it (its
+  exit status and rusage come from wait4(2) in the keeper).  The command
+  waits for one byte on a pipe from the keeper, written only once the keeper
+  has checked that the pid the snapshot named is its own child; a snapshot
+  that names another is dropped with whatever it started, and the run is
+  forked from the snapshot before it.
+* A **run's command** applies the run's limits (soft limits: a snapshot keeps
+  the hard limits it started with, so a later cell can be given more) and runs
+  its module.  When the run asks for a snapshot and its command finishes the
+  module alive, it forks the next snapshot (its main thread only: fork(2)
+  copies the calling thread) before it exits; that process closes the run's
+  pipes, says hello on its own socket, and waits.  The kernel then keeps it
+  (``settle``) or drops it.
+* The **chain** is the base snapshot ``S0`` (no run has changed it), the kept
+  snapshots (the last is the session's state; the ones before it are what
+  ``undo`` goes back to, up to the undo depth), and the newest one until its
+  owner settles it.
+"""
+
+import atexit
+import builtins
+import importlib
+import importlib.util
+import json
+import os
+import random
+import re
+import runpy
+import select
+import signal
+import socket
+import sys
+import threading
+import traceback
+import types
+import warnings
+
+from . import _launch
+
+# The fds a hand-off carries, in the order the parent sends them ("stdin" and
+# the channel's two only when the run has them).
+HANDOFF_NAMES = ("status", "control", "stdout", "stderr", "stdin", "message", "reply")
+MAX_MESSAGE = 1024 * 1024
+MAX_FDS = len(HANDOFF_NAMES) + 2  # and, from the keeper to a snapshot, "go" and "snapshot"
+PR_SET_NAME = 15
+PR_SET_DUMPABLE = 4
+SNAPSHOT_NAME = b"cellbox-snap"
+# Where the channel's ends go in the command, as for a spawned command (sandbox.CHANNEL_FDS).
+CHANNEL_TARGETS = {"message": 3, "reply": 4}
+# Seconds a snapshot may take to fork a run, and a finished command to say its snapshot is there.
+SNAPSHOT_TIMEOUT = 5.0
+# (spec, code) of the warmed module's ``python -m`` entry, found once by the keeper (see prefetch).
+PREFETCHED = None
+# In a run's command: the session wants a snapshot of it when its module returns
+# (read by the cell runner, which then returns instead of leaving).
+SNAPSHOT = False
+
+
+def set_name(name):
+    """The process's name in ps and /proc/PID/comm (prctl(2) PR_SET_NAME, 15 bytes)."""
+    try:
+        _launch.libc().prctl(PR_SET_NAME, name[:15], 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def set_dumpable(flag):
+    """prctl(2) PR_SET_DUMPABLE: 0 closes ptrace and /proc/PID/{mem,environ} to everyone without CAP_SYS_PTRACE."""
+    try:
+        return _launch.libc().prctl(PR_SET_DUMPABLE, int(flag), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def send_json(sock, message, fds=()):
+    """One JSON message, with ``fds`` attached as SCM_RIGHTS (unix(7))."""
+    socket.send_fds(sock, [json.dumps(message).encode()], list(fds))
+
+
+def receive(sock):
+    """One message and its fds; ``(None, [])`` at end of file."""
+    data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, MAX_FDS)
+    if not data:
+        for fd in fds:
+            os.close(fd)
+        return None, []
+    return json.loads(data), fds
+
+
+# --------------------------------------------------------------------------- preload
+
+
+def preload(names, entry=None):
+    """Import ``names``; return ``(loaded, {name: reason})``.
+
+    ``entry`` (the module runs are started with, if listed) comes first, and
+    its ``prepare_process()`` is called before the others are imported: it may
+    set what they read once, at import (the cell runner sets ``MPLBACKEND``
+    before matplotlib is imported).
+    """
+    loaded, failed = [], {}
+    ordered = [entry, *(name for name in names if name != entry)] if entry in names else list(names)
+    for name in ordered:
+        try:
+            importlib.import_module(name)
+            loaded.append(name)
+        except Exception as exc:  # noqa: BLE001 - a module that is not installed is reported, not fatal
+            failed[name] = f"{type(exc).__name__}: {exc}"
+            continue
+        if name == entry:
+            prepare_entry(entry)
+    return loaded, failed
+
+
+def prepare_entry(module):
+    """What an entry module does to the process before its imports, done again in each child.
+
+    Calls the loaded module's ``prepare_process()``, if it has one.
+    matplotlib reads ``MPLBACKEND`` once, at import, so with matplotlib already
+    imported the child sets its backend again.
+    """
+    hook = getattr(sys.modules.get(module or ""), "prepare_process", None)
+    if hook is not None:
+        hook()
+    matplotlib = sys.modules.get("matplotlib")
+    if matplotlib is not None and os.environ.get("MPLBACKEND"):
+        try:
+            matplotlib.rcParams["backend"] = os.environ["MPLBACKEND"]
+        except Exception:  # noqa: BLE001 - a backend matplotlib refuses stays as it was
+            pass
+
+
+def warm(module):
+    """Call ``module.warm_start()`` when the module is loaded and has one; ``False`` when it failed.
+
+    The base snapshot does it once: the cell runner builds IPython's shell
+    there, and every cell of the session then runs in that shell's copies.
+    """
+    hook = getattr(sys.modules.get(module or ""), "warm_start", None)
+    if hook is None:
+        return True
+    try:
+        hook()
+        return True
+    except Exception:  # noqa: BLE001 - only a head start; the first cell builds what is missing
+        return False
+
+
+# --------------------------------------------------------------------------- a run's command
+
+
+def command_main(request, named):
+    """``C``: become the run's command, run it; return the next snapshot's socket in that snapshot only.
+
+    In the command itself it never returns: the process ends with the
+    module's exit status.
+    """
+    global SNAPSHOT
+    SNAPSHOT = "snapshot" in named
+    status_fd = named["status"]
+    carried = request.get("from") == "current"
+    # A carried cell goes on where the last one left off: its %cd, its %env, its sys.path, its seeds.
+    where = current_directory() if carried else None
+    try:
+        places = [[named["stdout"], 1], [named["stderr"], 2]]
+        if "stdin" in named:
+            places.append([named["stdin"], 0])
+        else:
+            places.append([os.open(os.devnull, os.O_RDONLY), 0])
+        places += [[named[name], target] for name, target in CHANNEL_TARGETS.items() if name in named]
+        # A run that becomes a snapshot keeps its hard limits as they were (see apply_limits).
+        spec = dict(request, fds=places, landlock=None, soft_limits=SNAPSHOT)
+        status_fd = _launch.prepare_command(spec, status_fd, exact_priority=True)
+        set_dumpable(True)  # the cell's own process, as any program (its snapshot is not)
+        python_signals()
+        if carried:
+            os.environ["CELLBOX_CHANNEL"] = request["env"].get("CELLBOX_CHANNEL", "")
+            if where is not None and os.path.isdir(where):
+                os.chdir(where)
+        else:
+            # A pristine run: nothing of the base or of earlier runs reaches it.
+            keep = {0, 1, 2, status_fd, *(target for _fd, target in places)}
+            if "snapshot" in named:
+                keep.add(named["snapshot"])
+            close_other_fds(keep)
+            replace_environment(request["env"])
+            sys.path[0] = os.getcwd()  # as `python -m` puts the working directory first
+            reseed()
+        prepare_entry(request["argv"][2])
+    except OSError as exc:
+        _launch.emit(status_fd, {"event": "exec_error", "text": f"cannot start the command: {exc.strerror or exc}"})
+        os._exit(126)
+    except BaseException as exc:  # noqa: BLE001 - never return into the snapshot's loop
+        _launch.emit(status_fd, {"event": "exec_error", "text": f"cannot start the command: {exc!r}"})
+        os._exit(126)
+    os.close(status_fd)
+    status = run_module(request["argv"])
+    snapshot = named.get("snapshot")
+    if snapshot is None:
+        finish(status)
+    if status in (0, 1) and make_snapshot(snapshot):
+        return socket.socket(fileno=snapshot)  # here, in the new snapshot
+    # A cell's run: threads it left are not waited for, they end with it (the runner said so).
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
+
+
+def make_snapshot(fd):
+    """Fork the next snapshot from this finished command; ``True`` in the snapshot, ``False`` never returns here.
+
+    The command waits until the snapshot has said hello on its socket, so the
+    keeper finds the hello when it reaps the command.  Returns ``True`` in the
+    new snapshot; in the command it returns ``False`` (the caller then ends it).
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    ready_r, ready_w = os.pipe()
+    # Born not dumpable: no later cell may trace a snapshot or write its memory (ptrace(2),
+    # process_vm_writev(2)); this command ends right after the fork anyway.
+    set_dumpable(False)
+    try:
+        pid = os.fork()
+    except OSError:
+        return False
+    if pid == 0:
+        try:
+            os.close(ready_r)
+            become_snapshot(fd)
+            os.write(ready_w, b"x")
+            os.close(ready_w)
+            return True
+        except BaseException:  # noqa: BLE001 - a snapshot that cannot start leaves quietly
+            os._exit(0)
+    os.close(ready_w)
+    select.select([ready_r], [], [], SNAPSHOT_TIMEOUT)
+    os.close(ready_r)
+    return False
+
+
+def become_snapshot(fd):
+    """In a new snapshot: let go of the run's streams and channel, say hello, block SIGINT."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for target in (0, 1, 2):
+        os.dup2(devnull, target)
+    os.close(devnull)
+    for target in CHANNEL_TARGETS.values():
+        try:
+            os.close(target)
+        except OSError:
+            pass
+    # An interrupt meant for the next cell's group never reaches its snapshot.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    set_name(SNAPSHOT_NAME)
+    send_json(socket.socket(fileno=os.dup(fd)), {"event": "snapshot", "pid": os.getpid()})
+
+
+def current_directory():
+    """The working directory, or ``None`` when it was removed."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
+def replace_environment(env):
+    """The run's environment in place of the snapshot's, in ``os.environ``, ``os.environb`` and the C library's."""
+    os.environb.clear()
+    os.environ.clear()
+    os.environ.update(env)
+    os.environb.update((key.encode(), value.encode()) for key, value in env.items())
+    # tempfile chose its directory from the keeper's TMPDIR if anything asked before the fork.
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None:
+        tempfile.tempdir = None
+
+
+def python_signals():
+    """The signal dispositions a new interpreter starts with (prepare_command set them to the default).
+
+    Python's start-up ignores SIGPIPE and SIGXFSZ (so writes fail with EPIPE
+    and EFBIG instead) and turns SIGINT into KeyboardInterrupt.
+    """
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def close_other_fds(keep):
+    """Close every fd but ``keep``: nothing of the keeper or of earlier runs reaches a pristine command."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def reseed():
+    """New random state per pristine run: the fork copied the base's (random(3) and numpy alike)."""
+    random.seed()
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        try:
+            numpy_random.seed()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def prefetch(module):
+    """``(spec, code)`` of ``module`` as ``python -m`` would run it, or ``None`` (a package, or not found)."""
+    try:
+        spec = importlib.util.find_spec(module) if module else None
+        if spec is None or spec.loader is None or spec.submodule_search_locations is not None:
+            return None
+        code = spec.loader.get_code(module)
+    except Exception:  # noqa: BLE001 - runpy finds it in the run instead, and reports what is wrong
+        return None
+    return (spec, code) if code is not None else None
+
+
+def run_as_main(spec, code):
+    """Execute ``code`` in a new ``__main__`` module, with the globals runpy gives a ``python -m`` module."""
+    main = types.ModuleType("__main__")
+    main.__dict__.update(
+        __file__=spec.origin,
+        __cached__=spec.cached,
+        __loader__=spec.loader,
+        __package__=spec.parent,
+        __spec__=spec,
+        __builtins__=builtins,
+    )
+    sys.modules["__main__"] = main
+    sys.argv[0] = spec.origin
+    exec(code, main.__dict__)  # noqa: S102 - the run's own entry module
+
+
+def run_module(argv):
+    """Run ``argv = [python, "-m", module, args...]`` as ``python -m`` does; return the exit status."""
+    sys.argv = [argv[0], *argv[3:]]
+    # runpy warns when the module was imported before it is run as __main__:
+    # here that is the point of the preload, not a mistake of the program's.
+    warnings.filterwarnings("ignore", f"'{re.escape(argv[2])}' found in sys.modules", RuntimeWarning, "runpy")
+    try:
+        if PREFETCHED is not None and PREFETCHED[0].name == argv[2]:
+            run_as_main(*PREFETCHED)
+        else:
+            runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+        return 0
+    except SystemExit as exc:
+        return exit_status(exc.code)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        return -signal.SIGINT
+    except BaseException:  # noqa: BLE001 - printed as the interpreter would
+        sys.excepthook(*sys.exc_info())
+        return 1
+
+
+def exit_status(code):
+    """``sys.exit(code)``'s exit status (see sys.exit)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def finish(status):
+    """End as the interpreter ends: join threads, run atexit, flush; die of SIGINT after KeyboardInterrupt."""
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]
+    except BaseException:  # noqa: BLE001
+        pass
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001
+            pass
+    if status < 0:
+        signal.signal(-status, signal.SIG_DFL)
+        os.kill(os.getpid(), -status)
+        status = 128 - status
+    os._exit(status)
+
+
+# --------------------------------------------------------------------------- a snapshot
+
+
+def serve_snapshot(sock):
+    """A snapshot's loop: fork one run per request.  Returns never; a forked run may continue it as a new snapshot."""
+    while True:
+        request, fds = receive(sock)
+        if request is None:
+            os._exit(0)
+        following = fork_run(sock, request, fds)
+        if following is not None:
+            sock = following  # this process is now the next snapshot
+
+
+def fork_run(sock, request, fds):
+    """Fork the run's command twice over (so the keeper is its parent); reply with its pid.
+
+    Returns the next snapshot's socket in a snapshot the command made, else
+    ``None`` (in this snapshot, after the reply).
+    """
+    named = dict(zip(request["handoff"], fds, strict=True))
+    pid_r, pid_w = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        command = -1
+        try:
+            os.close(pid_r)
+            command = os.fork()
+            if command:
+                os.write(pid_w, str(command).encode())
+        finally:
+            if command != 0:
+                os._exit(0)  # the middle process: its only job was the fork
+        try:
+            os.close(pid_w)
+            sock.close()
+            # The command waits until the keeper has checked the reply: one byte to go,
+            # end of file not to (the snapshot's reply named another process).
+            go = named.pop("go")
+            if os.read(go, 1) != b"x":
+                os._exit(0)
+            os.close(go)
+            return command_main(request, named)  # returns only in the next snapshot
+        except BaseException:  # noqa: BLE001 - never back into this snapshot's loop as a command
+            os._exit(1)
+    os.close(pid_w)
+    for fd in fds:
+        os.close(fd)
+    data = b""
+    while True:
+        chunk = os.read(pid_r, 64)
+        if not chunk:
+            break
+        data += chunk
+    os.close(pid_r)
+    # Reaped first: the command is then the keeper's child, which the keeper checks.
+    os.waitpid(middle, 0)
+    send_json(sock, {"pid": int(data)} if data else {"error": "the run's command could not be forked"})
+    return None
+
+
+def signal_scope_problem():
+    """Enter a Landlock domain that only scopes signals (``_launch.apply_signal_scope``); why not, or ``None``."""
+    read_end, write_end = os.pipe()
+    try:
+        _launch.apply_signal_scope(write_end)
+    finally:
+        os.close(write_end)
+    text = os.read(read_end, 65536).decode(errors="replace")
+    os.close(read_end)
+    notes = [json.loads(line).get("text", "") for line in text.splitlines() if line.strip()]
+    return "; ".join(notes) or None
+
+
+def start_base(sock, config):
+    """In ``S0``: join the session's Landlock domain, build the warm shell, say hello, serve.
+
+    It stays not dumpable, as every snapshot: no run may trace it or write its memory.
+    """
+    set_dumpable(False)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    set_name(SNAPSHOT_NAME)
+    landlock = config.get("landlock")
+    problem = None
+    if landlock:
+        try:
+            _launch.apply_landlock(landlock)
+        except OSError as exc:
+            if landlock.get("required"):
+                os._exit(1)
+            problem = f"landlock: not applied ({exc.strerror or exc})"
+    else:
+        # No Landlock layer: the session's runs still may not signal or trace the keeper.
+        problem = signal_scope_problem()
+    warmed = warm(config.get("warm"))
+    size, _resident = vm_size()
+    send_json(sock, {"event": "snapshot", "pid": os.getpid(), "landlock": problem, "warmed": warmed, "vm_size": size})
+    serve_snapshot(sock)
+
+
+def vm_size():
+    """This process's address space and resident memory, bytes (/proc/self/statm)."""
+    with open("/proc/self/statm") as f:
+        size, resident = f.read().split()[:2]
+    page = os.sysconf("SC_PAGE_SIZE")
+    return int(size) * page, int(resident) * page
+
+
+def process_state(pid):
+    """``(state letter, ppid, threads)`` of ``pid`` from /proc, or ``None`` when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[0].decode(), int(fields[1]), int(fields[17])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+# --------------------------------------------------------------------------- the chain, as the keeper holds it
+
+
+class Snapshot:
+    """The keeper's handle on one snapshot process: its pid and its socket; stopped while nobody needs it."""
+
+    def __init__(self, pid, sock):
+        self.pid = pid
+        self.sock = sock
+
+    def stop(self):
+        try:
+            os.kill(self.pid, signal.SIGSTOP)
+        except OSError:
+            pass
+
+    def kill(self):
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.sock.close()
+
+    def fork(self, request, fds, spared):
+        """Continue this snapshot, have it fork a run, stop it again; the command's pid.  Raises OSError.
+
+        ``spared`` are the session's snapshots, which the command cannot be.
+        """
+        try:
+            os.kill(self.pid, signal.SIGCONT)
+            self.sock.settimeout(SNAPSHOT_TIMEOUT)
+            send_json(self.sock, request, fds)
+            data = self.sock.recv(65536)
+        finally:
+            self.stop()
+        # A snapshot holds a cell's memory: its word is checked, never trusted. The
+        # command must be a child of the keeper's (perhaps already ended, a zombie
+        # not yet reaped) that is not a snapshot.
+        try:
+            reply = json.loads(data) if data else {"error": "the snapshot is gone"}
+            pid = reply["pid"] if isinstance(reply, dict) else None
+        except (ValueError, KeyError):
+            raise OSError(0, "the snapshot's reply named no process") from None
+        state = process_state(pid) if isinstance(pid, int) and not isinstance(pid, bool) and pid > 1 else None
+        if state is None or state[1] != os.getpid() or pid in spared:
+            raise OSError(0, "the snapshot named a process that is not the run's command")
+        return pid
+
+
+class Chain:
+    """The session's snapshots, as the keeper holds them.
+
+    ``base`` is ``S0`` (no run has changed it); ``kept`` are the kept
+    snapshots, oldest first, the last being the session's state; ``pending`` is
+    the newest, until its owner settles it.  At most ``undo_depth + 1`` are
+    kept; ``evicted`` says an older one was let go, so ``undo`` stops above
+    the base.
+    """
+
+    def __init__(self, undo_depth):
+        self.undo_depth = undo_depth
+        self.base = None
+        self.kept = []
+        self.pending = None
+        self.evicted = False
+
+    def empty(self):
+        """``True`` when no snapshot is left to fork from."""
+        return self.base is None and not self.kept
+
+    def current(self):
+        """The snapshot that holds the session's state (``None`` before any run was kept)."""
+        return self.kept[-1] if self.kept else None
+
+    def sources(self, carried):
+        """The snapshots to fork a run from, in order: the latest kept one, then older ones, then the base."""
+        older = list(reversed(self.kept)) if carried else []
+        return [*older, *([self.base] if self.base is not None else [])]
+
+    def snapshots(self):
+        """The base and the kept snapshots, oldest first."""
+        return [*([self.base] if self.base is not None else []), *self.kept]
+
+    def pids(self):
+        """Pids of every snapshot (base, kept, pending): the processes the end of a run must not kill."""
+        found = {snap.pid for snap in self.kept}
+        if self.base is not None:
+            found.add(self.base.pid)
+        if self.pending is not None:
+            found.add(self.pending.pid)
+        return found
+
+    def remove(self, snapshot):
+        """Kill ``snapshot`` and take it out of the chain (it misbehaved)."""
+        snapshot.kill()
+        self.kept = [snap for snap in self.kept if snap is not snapshot]
+        if snapshot is self.base:
+            self.base = None
+
+    def forget(self, pid):
+        """A snapshot that died (killed by hand, or by the OOM killer) is no longer the state."""
+        if self.base is not None and self.base.pid == pid:
+            self.base = None
+        self.kept = [snap for snap in self.kept if snap.pid != pid]
+        if self.pending is not None and self.pending.pid == pid:
+            self.pending = None
+
+    def offer(self, snapshot):
+        """Take ``snapshot`` as the pending one, stopped; ``False`` (and nothing kept) when one is pending already."""
+        if self.pending is not None or snapshot.pid in self.pids():
+            return False
+        self.pending = snapshot
+        snapshot.stop()
+        return True
+
+    def settle(self, keep):
+        """Keep the pending snapshot as the state, or drop it (the oldest past the undo depth go); ``True`` if kept."""
+        pending, self.pending = self.pending, None
+        if pending is None:
+            return False
+        if not keep:
+            pending.kill()
+            return False
+        self.kept.append(pending)
+        while len(self.kept) > self.undo_depth + 1:
+            self.kept.pop(0).kill()
+            self.evicted = True
+        return True
+
+    def undo(self, count):
+        """Drop the newest ``count`` kept snapshots; how many went.
+
+        The base is the state before every cell: a way back only while no
+        snapshot was let go.
+        """
+        undone = 0
+        floor = 1 if self.evicted else 0
+        while undone < count and len(self.kept) > floor:
+            self.kept.pop().kill()
+            undone += 1
+        return undone
