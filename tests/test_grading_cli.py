@@ -255,3 +255,27 @@ def test_bad_isolation_option_is_one_line_and_exit_2(tmp_path: Path, capsys: pyt
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown isolation layer 'moon'" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_report_html_names_each_test_whole_however_long(tmp_path: Path) -> None:
+    from cellbox.grading.evidence import TestResult
+    from cellbox.grading.reports import write_html
+    from cellbox.grading.results import SubmissionResult
+
+    long_id = "test_lesson_thirteen_reading_an_outcome.py::test_limits_line_for_every_status[memory_limit-5.0]"
+    results = [
+        SubmissionResult(
+            id=name,
+            path=name,
+            kind="folder",
+            verdict=Verdict.VERIFIED,
+            reason="",
+            tests=[TestResult(long_id, outcome), TestResult("test_a.py::test_b", "passed")],
+        )
+        for name, outcome in (("ann", "passed"), ("bob", "failed"), ("cy", "failed"))
+    ]
+    page = write_html(tmp_path / "report.html", results).read_text(encoding="utf-8")
+    assert len(long_id) > 90
+    assert f"<code>{long_id}</code>" in page  # whole, not cut to fit a drawing
+    assert "1/3 (33%)" in page and "3/3 (100%)" in page
+    assert 'style="width:33.3%"' in page

@@ -147,6 +147,8 @@ table{border-collapse:collapse;margin-top:.5em} td,th{border:1px solid #d0d7de;p
 th{background:#f6f8fa} td.num{text-align:right}
 .verdict{font-weight:bold;color:#fff;padding:.1em .4em;border-radius:3px;white-space:nowrap}
 svg text{font-size:12px;font-family:system-ui,sans-serif}
+td.test{word-break:break-all;max-width:40em} .bar{display:inline-block;width:300px;height:1em;background:#eaeef2}
+.bar span{display:block;height:100%;background:#0969da}
 pre{background:#f6f8fa;padding:.5em;white-space:pre-wrap} summary{cursor:pointer}
 """
 
@@ -188,24 +190,19 @@ def _pass_rates(results: list[SubmissionResult]) -> dict[str, tuple[int, int]]:
 
 
 def _rate_chart(results: list[SubmissionResult]) -> str:
+    """The pass rate of each test: a table with the whole test id, a bar and the count (the id wraps, never cut)."""
     rates = _pass_rates(results)
     if not rates:
         return "<p>No test reported a result.</p>"
     rows = []
-    for index, (nodeid, (passed, total)) in enumerate(sorted(rates.items())):
-        y = 10 + index * 24
-        share = passed / total if total else 0.0
+    for nodeid, (passed, total) in sorted(rates.items()):
+        share = 100 * passed / total if total else 0.0
         rows.append(
-            f'<text x="0" y="{y + 13}">{html.escape(nodeid[-60:])}</text>'
-            f'<rect x="420" y="{y}" width="300" height="16" fill="#eaeef2"/>'
-            f'<rect x="420" y="{y}" width="{300 * share:.1f}" height="16" fill="#0969da"/>'
-            f'<text x="726" y="{y + 13}">{passed}/{total} ({100 * share:.0f}%)</text>'
+            f'<tr class="rate"><td class="test"><code>{html.escape(nodeid)}</code></td>'
+            f'<td><span class="bar" role="img" aria-label="{share:.0f}%"><span style="width:{share:.1f}%"></span>'
+            f'</span></td><td class="num">{passed}/{total} ({share:.0f}%)</td></tr>'
         )
-    height = 20 + 24 * len(rates)
-    return (
-        f'<svg role="img" aria-label="pass rate per test" width="860" height="{height}" '
-        f'xmlns="http://www.w3.org/2000/svg">{"".join(rows)}</svg>'
-    )
+    return f'<table class="rates" aria-label="pass rate per test">{"".join(rows)}</table>'
 
 
 def _table(results: list[SubmissionResult]) -> str:
