@@ -1,7 +1,7 @@
-"""What an instructor's test can do across the boundary, in real grading runs (README: "Across the boundary").
+"""What an instructor's test can do across the boundary, in real grading runs (docs/grading.md: "Across the boundary").
 
 The submission's code runs in its own sandboxed process; the tests get
-stand-ins.  Each behaviour the README's table promises is an instructor test
+stand-ins.  Each behaviour the documentation's table promises is an instructor test
 below, run by ``cellbox grade``'s own machinery against a real submission, and
 each must pass: exceptions (built-in and the student's own), ``isinstance``
 with the student's classes, identity, in-place changes (``new``/``value_of``),

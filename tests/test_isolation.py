@@ -589,10 +589,9 @@ def test_any_choice_of_layers_runs_python_and_reports_those_layers(all_layers: N
     assert {layer for layer in outcome.isolation if layer in LAYERS} == expected
 
 
-def test_readme_isolation_table_lists_every_layer() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("\n## Isolation\n", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("| `")]
+def test_docs_isolation_table_lists_every_layer() -> None:
+    page = (Path(__file__).resolve().parents[1] / "docs" / "isolation.md").read_text()
+    rows = [line for line in page.splitlines() if line.startswith("| `")]
     assert [row.split("`")[1] for row in rows] == list(LAYERS)
 
 
@@ -673,7 +672,7 @@ def isolated_by_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
     """Turn every layer on for runs that do not choose, as if it were the core's default.
 
     As root the command runs as an unprivileged user, which needs a working
-    directory it may write (see the README's Isolation section): the test's
+    directory it may write (see docs/isolation.md): the test's
     ``tmp_path`` is opened to it, as a user would open a notebook directory.
     """
     require_layers()

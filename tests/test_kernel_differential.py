@@ -4,8 +4,8 @@ Each notebook runs under both kernels with nbclient, in directories with the
 same files; outputs are compared cell by cell after normalising what is
 legitimately variable (timings, object addresses, PNG bytes, the directory's
 path).  A cell marked with a ``difference`` is one whose output differs on
-purpose: the test checks that it does differ and that the README's
-"Differences from ipykernel" section names it.
+purpose: the test checks that it does differ and that the documentation's
+"Differences from ipykernel" page names it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from nbclient import NotebookClient
 
 from kernelkit import plain
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+DIFFERENCES = Path(__file__).resolve().parent.parent / "docs" / "reference" / "ipykernel-differences.md"
 
 # (source, tags, documented difference or None)
 Cell = tuple[str, list[str], str | None]
@@ -174,10 +174,10 @@ def test_notebook_outputs_match_ipykernel(name: str, tmp_path: Path, monkeypatch
     cells = NOTEBOOKS[name]
     theirs = _run(cells, "python3", tmp_path / "python3" / name)
     ours = _run(cells, "cellbox", tmp_path / "cellbox" / name)
-    readme = README.read_text()
+    documented = DIFFERENCES.read_text()
     for (source, _tags, difference), expected, got in zip(cells, theirs, ours, strict=True):
         if difference is None:
             assert got == expected, f"cell {source!r} differs"
         else:
             assert got != expected, f"cell {source!r} is marked as a difference but gives the same output"
-            assert f"`{difference}`" in readme.split("### Differences from ipykernel", 1)[1], difference
+            assert f"`{difference}`" in documented, difference

@@ -1,57 +1,29 @@
-"""The README says what the code does: its tables and its first command are checked against the real thing."""
+"""The README is a newcomer's first screen or two: short, its two commands first, every link leading somewhere.
+
+Its first command is run here; the tables it points to are checked in ``tests/test_docs.py``.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
-from cellbox.options import LIMIT_OPTIONS
-from cellbox.sandbox.limits import Limits, format_size, format_time
 from cellbox.sandbox.outcome import STATUS_EXIT_CODES, Status
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-
-
-def table_rows(heading: str) -> list[list[str]]:
-    """The cells of the first table under ``## heading``, without its header, backticks stripped."""
-    section = README.read_text().split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("|")]
-    return [[cell.strip().strip("`") for cell in row.strip("|").split("|")] for row in rows[2:]]
+MAX_LINES = 120  # one screen or two
+FIRST_COMMAND_BY_LINE = 20
+_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+_HEADING = re.compile(r"^#{1,6} (.+)$", re.MULTILINE)
 
 
 def readme_main_command() -> str:
     return re.findall(r"^```sh\n(.*?)\n```", README.read_text(), re.MULTILINE)[0]
-
-
-def default_text(name: str) -> str:
-    value = getattr(Limits(), name)
-    if name in ("wall_time", "cpu_time"):
-        return format_time(value)
-    if name in ("memory", "output", "file_size"):
-        return format_size(value)
-    return str(value)
-
-
-def test_limits_table_lists_every_limit_with_its_flag_and_default() -> None:
-    rows = {row[0]: row for row in table_rows("Limits")}
-    flags = {field: flag for flag, field, _metavar, _help in LIMIT_OPTIONS}
-    assert set(rows) == {field.name for field in dataclasses.fields(Limits)}
-    for name, row in rows.items():
-        assert row[1] == flags[name], name
-        assert row[2] == default_text(name), name
-
-
-def test_status_table_lists_every_status_with_its_exit_status() -> None:
-    rows = table_rows("How a run ends: the statuses")
-    assert [int(row[0]) for row in rows] == list(range(1, len(Status) + 1))
-    assert {row[1] for row in rows} == {status.value for status in Status}
-    for row in rows:
-        assert int(row[3]) == STATUS_EXIT_CODES[Status(row[1])], row[1]
 
 
 def test_main_command_demo_meets_every_limit_and_ends_ok() -> None:
@@ -67,3 +39,59 @@ def test_main_command_demo_meets_every_limit_and_ends_ok() -> None:
     assert "EFBIG (RLIMIT_FSIZE)" in result.stdout
     assert "SIGXCPU after" in result.stdout
     assert result.stderr.startswith("cellbox: status=ok exit=0 ")
+
+
+def test_readme_fits_on_a_screen_or_two() -> None:
+    lines = README.read_text().splitlines()
+    assert len(lines) <= MAX_LINES, f"README.md has {len(lines)} lines; move details into docs/"
+
+
+def test_readme_opens_with_its_two_commands_after_the_venv_note() -> None:
+    text = README.read_text()
+    blocks = list(_FENCE.finditer(text))
+    assert [block.group(1) for block in blocks[:2]] == ["sh", "sh"]
+    assert blocks[0].group(2).startswith("python3 -m venv .venv && ")
+    assert blocks[1].group(2).startswith("python3 -m venv .venv && ")
+    assert "'.[test]'" in blocks[1].group(2) and blocks[1].group(2).strip().endswith(".venv/bin/python -m pytest")
+    assert text.count("\n", 0, blocks[1].start()) < FIRST_COMMAND_BY_LINE
+    # Debian's python3 cannot make a venv without python3-venv: the reader learns that before the first command.
+    assert -1 < text.find("python3-venv") < blocks[0].start()
+
+
+def anchor(heading: str) -> str:
+    """The anchor MyST (myst_heading_anchors) and GitHub give a heading: lower case, punctuation dropped."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", ""))
+    return text.replace(" ", "-")
+
+
+def test_anchor_is_the_one_myst_and_github_give() -> None:
+    assert anchor("Limits for one cell: `%%limits`") == "limits-for-one-cell-limits"
+    assert anchor("The kernel's session") == "the-kernels-session"
+
+
+def test_every_relative_link_of_the_readme_leads_to_a_file_and_heading() -> None:
+    links = [link for link in _LINK.findall(README.read_text()) if "://" not in link]
+    assert links, "the README links into docs/"
+    for link in links:
+        path, _, fragment = link.partition("#")
+        target = (ROOT / path).resolve() if path else README
+        assert target.is_file(), f"README link {link!r}: no file {target}"
+        if fragment:
+            headings = {anchor(heading) for heading in _HEADING.findall(target.read_text())}
+            assert fragment in headings, f"README link {link!r}: no such heading in {path}"
+
+
+def test_readme_links_every_docs_page_a_newcomer_needs() -> None:
+    linked = {link.partition("#")[0] for link in _LINK.findall(README.read_text())}
+    needed = {
+        "docs/index.md",
+        "docs/getting-started/students.md",
+        "docs/getting-started/instructors.md",
+        "docs/getting-started/maintainers.md",
+        "docs/reference/settings.md",
+        "docs/reference/ipykernel-differences.md",
+    }
+    assert needed <= linked, needed - linked
+    for link in linked:
+        if link.startswith("docs/"):
+            assert link.endswith(".md") and (ROOT / link).is_file(), link

@@ -153,9 +153,8 @@ def test_a_run_the_sandbox_stopped_is_unverified_whatever_the_evidence(status: S
     assert judgement.reason.startswith(f"the test run ended with status {status.value}")
 
 
-def test_readme_verdict_table_has_every_verdict_with_its_label() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("\n### The verdicts\n", 1)[1].split("\n### ", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("|")][2:]
+def test_docs_verdict_table_has_every_verdict_with_its_label() -> None:
+    page = (Path(__file__).resolve().parents[1] / "docs" / "reference" / "verdicts.md").read_text()
+    rows = [line for line in page.splitlines() if line.startswith("|")][2:]
     cells = [[cell.strip().strip("`") for cell in row.strip("|").split("|")] for row in rows]
     assert [(row[0], row[1]) for row in cells] == [(verdict.value, verdict.label) for verdict in Verdict]

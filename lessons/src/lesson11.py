@@ -118,7 +118,7 @@ ran and reported, the session ended with pytest's own exit status. That stops an
 pytest, a forged report file and messages from other processes. It does **not** stop everything: the
 submission's code runs in the same process as pytest and the plugin, so code that deliberately goes looking can
 find the channel and the nonce and write a record of passes. Such a deliberate forgery needs a person reading
-the code (the README's "What this does not stop").
+the code (the documentation's Grading page, "What this does not stop").
 
 The name "three-state" counts what the evidence can say about the code: it passed, it failed, or we cannot tell.
 A run that ran out of time is a fourth verdict of its own. So, four verdicts, and only one of them is success:
@@ -130,7 +130,7 @@ A run that ran out of time is a fourth verdict of its own. So, four verdicts, an
   exit code (exit 1 with every test passed, exit 0 with a failure);
 * `timed_out`: the wall deadline passed. That is its own state, neither a pass nor a failure of the code's logic.
 
-These are the rules of `cellbox grade` (the README's Verdicts table), in small.
+These are the rules of `cellbox grade` (the documentation's Verdicts page), in small.
 
 ## 3. The green UNVERIFIED badge
 

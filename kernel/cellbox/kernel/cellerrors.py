@@ -1,7 +1,7 @@
 """The words a student sees when the sandbox stopped a cell: an error name and one sentence.
 
 The kernel turns a run's :class:`~cellbox.sandbox.outcome.Outcome` into an ``error``
-message with these; the README's table of cell errors is written from them.
+message with these; the documentation's table of cell errors (docs/kernel.md) is written from them.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def error_for_outcome(outcome: Outcome, limits: Limits) -> tuple[str, str] | Non
     """The ``(ename, evalue)`` a student sees for a run that hit a limit or crashed.
 
     Returns ``None`` for ``ok`` and ``error`` (the cell's own exception is shown
-    then).  The words follow the README's status table.
+    then).  The words follow the documentation's status table.
     """
     status = outcome.status
     if status is Status.TIMED_OUT:

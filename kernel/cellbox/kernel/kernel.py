@@ -151,7 +151,7 @@ class CellboxKernel(Kernel):
     ).tag(config=True)
     isolation = Unicode(
         "auto",
-        help="Isolation layers for cells beyond rlimits (namespaces, Landlock; see the README's Isolation section): "
+        help="Isolation layers for cells beyond rlimits (namespaces, Landlock; see docs/isolation.md): "
         "none, auto (every layer this machine supports, the others noted) or strict (every layer, or no run).",
     ).tag(config=True)
     network = Bool(False, help="With isolation on: let cells use the network (for example %pip install).").tag(
@@ -162,7 +162,7 @@ class CellboxKernel(Kernel):
         "forkserver",
         help="How each cell's fresh process starts: forkserver (forked from the session's latest snapshot, which "
         "carries the state; a cell it cannot take is spawned, with a note) or spawn (a new interpreter for every "
-        "cell, and no names carried). See the README's section The session.",
+        "cell, and no names carried). See the documentation's page The session.",
     ).tag(config=True)
     notebook_dir = Unicode(
         help="Working directory of every cell; by default the directory the kernel was started in, "

@@ -3,7 +3,7 @@
 A :class:`Limits` value is what every front door (``cellbox run``, the kernel's
 ``%%limits`` line, ``cellbox grade``) hands to the sandbox core.  Each field is
 defined once here, with its unit, default and the mechanism that enforces it;
-the README's limits table is written from the same facts.
+the documentation's limits table (docs/reference/limits.md) is written from the same facts.
 
 Mechanisms (see setrlimit(2), setpriority(2), ioprio_set(2)):
 

@@ -15,7 +15,7 @@ __all__ = ["Status", "Outcome", "STATUS_EXIT_CODES"]
 class Status(enum.StrEnum):
     """How a run ended.  Exactly one applies; precedence is in :func:`cellbox.sandbox.classify`.
 
-    The value is the exact string used in JSON, the README and the lessons.
+    The value is the exact string used in JSON, the documentation and the lessons.
     """
 
     OK = "ok"
@@ -28,7 +28,7 @@ class Status(enum.StrEnum):
     INTERRUPTED = "interrupted"
 
 
-# Exit status of `cellbox run` for each status (documented in the README).
+# Exit status of `cellbox run` for each status (documented in docs/reference/statuses.md).
 # 1 and 2 stay free for cellbox's own failures and usage errors (argparse).
 STATUS_EXIT_CODES: dict[Status, int] = {
     Status.OK: 0,

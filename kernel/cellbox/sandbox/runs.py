@@ -70,7 +70,7 @@ LAUNCHER = str(Path(__file__).with_name("_launch.py"))
 # Seconds the launcher gets to kill the tree and report before the parent
 # kills the launcher itself and stops reading.
 KILL_GRACE = 2.0
-# Isolation when a caller does not choose: see the README's "Isolation" section for why.
+# Isolation when a caller does not choose: see docs/isolation.md for why.
 DEFAULT_ISOLATION = Isolation(mode="none")
 # Seconds an interrupted run gets to stop on SIGINT before it is killed.
 INTERRUPT_GRACE = 1.0
