@@ -32,7 +32,9 @@ MEMORY = 256 * 2**20  # its address-space limit per process, bytes
 NBGRADER_TIMEOUT = 60  # nbgrader's own per-cell timeout: longer than WALL, so cellbox stops a cell first
 
 SQUARES = "def squares(n):\n    ### BEGIN SOLUTION\n    return [i * i for i in range(1, n + 1)]\n    ### END SOLUTION\n"
-TEST_SQUARES = "assert squares(3) == [1, 4, 9]\n### BEGIN HIDDEN TESTS\nassert squares(10)[-1] == 100\n### END HIDDEN TESTS\n"
+TEST_SQUARES = (
+    "assert squares(3) == [1, 4, 9]\n### BEGIN HIDDEN TESTS\nassert squares(10)[-1] == 100\n### END HIDDEN TESTS\n"
+)
 DOUBLE = "def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION\n"
 TEST_DOUBLE = "assert double(4) == 8\n### BEGIN HIDDEN TESTS\nassert double(-1) == -2\n### END HIDDEN TESTS\n"
 POINTS = {"test_squares": 2.0, "test_double": 1.0}
@@ -43,7 +45,8 @@ SUBMISSIONS = {
     "ada": {"squares": GOOD_SQUARES, "double": GOOD_DOUBLE},
     # Defines the function, then spins with Ctrl-C ignored, so an interrupt alone cannot stop it.
     "bob": {
-        "squares": GOOD_SQUARES + "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass\n",
+        "squares": GOOD_SQUARES
+        + "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass\n",
         "double": GOOD_DOUBLE,
     },
     # The bomb goes off in the test cell, when the hidden test calls the function.

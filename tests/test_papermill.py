@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import nbformat
-import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from cellbox.sandbox.limits import format_time

@@ -28,7 +28,9 @@ def add_parser(subparsers: Any) -> None:
         help="grade a folder of submissions against hidden pytest tests",
         description="Grade each submission in SUBMISSIONS (folders, .zip, .py, .ipynb) in its own sandboxed "
         "virtualenv against the pytest tests in TESTS. Verdicts: verified, failed, unverified, timed_out. "
-        "Reports in --out: results.json, grades.csv, junit.xml, report.html.",
+        "Reports in --out: results.json, grades.csv, junit.xml, report.html, and with --format the files "
+        "course platforms import. Exit status: 0 when every submission has its row, 2 for bad input, "
+        "130 when interrupted.",
     )
     parser.add_argument("submissions", metavar="SUBMISSIONS", help="folder that holds one entry per submission")
     parser.add_argument("--tests", required=True, metavar="TESTS", help="folder of instructor tests, or one test file")
@@ -64,6 +66,26 @@ def add_parser(subparsers: Any) -> None:
         help="seconds each test may spend in calls into the submission, unless it has a "
         "@pytest.mark.timeout (default: only --wall, for all the tests together)",
     )
+    group = parser.add_argument_group("gradebooks")
+    group.add_argument(
+        "--format",
+        default="",
+        metavar="FORMATS",
+        help="also write these, comma-separated: gradescope (gradescope/ID/results.json, Gradescope's "
+        "autograder results) and canvas (canvas.csv, a Canvas gradebook import)",
+    )
+    group.add_argument(
+        "--assignment",
+        metavar="NAME",
+        help="canvas.csv's assignment column, as Canvas exports it: 'Lab 3 (1234)' fills assignment "
+        "1234; a name without an id creates one (default: the name of TESTS)",
+    )
+    group.add_argument(
+        "--canvas-roster",
+        metavar="CSV",
+        help="a Canvas gradebook export: fills each student's name, IDs and section in canvas.csv, "
+        "matched by submission id to SIS Login ID, SIS User ID or ID",
+    )
     add_limit_options(parser)
     add_isolation_options(parser, default=GRADE_ISOLATION)
     parser.set_defaults(func=_cmd_grade)
@@ -86,13 +108,60 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     from .reports import write_reports
     from .runner import print_summary
 
+    formats, roster = _formats(args)
     grading = _grading_run(args)
     results = _grade(grading)
     paths = write_reports(grading.out, results, grading.header())
+    names = [path.name for path in paths]
+    names += _write_gradebooks(args, grading, results, formats, roster)
     print_summary(results)
-    names = ", ".join(path.name for path in paths)
-    print(f"cellbox grade: reports in {grading.out}/ ({names}, results.json)", file=sys.stderr)
+    print(f"cellbox grade: reports in {grading.out}/ ({', '.join(names)}, results.json)", file=sys.stderr)
     return 0
+
+
+def _formats(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, str]] | None]:
+    """The ``--format`` names and the ``--canvas-roster`` read, checked before any grading."""
+    from ..cli import UsageError
+    from .gradebooks import FORMATS, RosterError, read_roster
+
+    formats = [name.strip() for name in args.format.split(",") if name.strip()]
+    for name in formats:
+        if name not in FORMATS:
+            raise UsageError(f"--format {name!r}: choose from {', '.join(FORMATS)}")
+    if (args.canvas_roster or args.assignment) and "canvas" not in formats:
+        raise UsageError("--assignment and --canvas-roster are for canvas.csv: add --format canvas")
+    try:
+        roster = read_roster(Path(args.canvas_roster)) if args.canvas_roster else None
+    except RosterError as exc:
+        raise UsageError(str(exc)) from None
+    return formats, roster
+
+
+def _write_gradebooks(
+    args: argparse.Namespace,
+    grading: Any,
+    results: list[Any],
+    formats: list[str],
+    roster: dict[str, dict[str, str]] | None,
+) -> list[str]:
+    """Write the ``--format`` files; return their names for the closing line."""
+    from .gradebooks import write_canvas, write_gradescope
+
+    names = []
+    if "gradescope" in formats:
+        write_gradescope(grading.out, results)
+        names.append("gradescope/ID/results.json")
+    if "canvas" in formats:
+        assignment = args.assignment or Path(args.tests).resolve().stem
+        path, unmatched = write_canvas(grading.out / "canvas.csv", results, assignment, roster)
+        names.append(path.name)
+        if unmatched:
+            print(
+                f"cellbox grade: warning: {len(unmatched)} submission(s) not in --canvas-roster, written with "
+                f"the id as SIS Login ID: {', '.join(unmatched)}",
+                file=sys.stderr,
+            )
+    return names
 
 
 def _grading_run(args: argparse.Namespace) -> Any:
