@@ -26,7 +26,8 @@ from sandboxkit import DESIGN_KEYS, marker, survivors
 ROOT = Path(__file__).resolve().parents[1]
 CELLBOX = Path(sys.executable).with_name("cellbox")
 ROOT_WARNING = (
-    "cellbox: warning: the child ran as root; rlimits do not contain root "
+    "cellbox: warning: the child ran as root, so the limits did not contain it: root may raise its own limits, "
+    "and it could read and change any file and stop any process on this machine "
     "(use --user NAME to run it as an unprivileged user)"
 )
 STATUS_LINE = re.compile(r"^cellbox: status=(\w+) (exit=-?\d+|signal=SIG\w+) wall=[\d.]+s cpu=[\d.]+s peak=\S+")

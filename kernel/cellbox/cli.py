@@ -34,6 +34,14 @@ FEATURE_COMMANDS: tuple[str, ...] = (
 )
 
 
+# What running the child as root means, in the words of the README's section Running as root.
+ROOT_WARNING = (
+    "cellbox: warning: the child ran as root, so the limits did not contain it: root may raise its own limits, "
+    "and it could read and change any file and stop any process on this machine "
+    "(use --user NAME to run it as an unprivileged user)"
+)
+
+
 class UsageError(Exception):
     """Bad input from the user: printed as one line, exit status 2."""
 
@@ -43,7 +51,10 @@ def _add_run(subparsers: argparse._SubParsersAction) -> None:
         "run",
         help="run a Python file or a command in the sandbox",
         description="Run FILE.py (with this Python) or -- CMD ARGS... in a fresh child process under limits; "
-        "print its output and a one-line status. Exit status: 0 for ok, 10-16 for the other statuses.",
+        "print its output and a one-line status.",
+        epilog="exit status: "
+        + ", ".join(f"{code} {status.value}" for status, code in STATUS_EXIT_CODES.items())
+        + "; 2 bad input; 130 cellbox itself interrupted",
     )
     add_limit_options(parser)
     add_isolation_options(parser)
@@ -124,17 +135,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for note in outcome.notes:
             print(f"cellbox: note: {note}", file=sys.stderr)
         if outcome.as_root:
-            print(
-                "cellbox: warning: the child ran as root; rlimits do not contain root "
-                "(use --user NAME to run it as an unprivileged user)",
-                file=sys.stderr,
-            )
+            print(ROOT_WARNING, file=sys.stderr)
     return STATUS_EXIT_CODES[outcome.status]
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The full ``cellbox`` parser, with every subcommand."""
-    parser = argparse.ArgumentParser(prog="cellbox", description="Run untrusted Python for teaching.")
+    parser = argparse.ArgumentParser(
+        prog="cellbox",
+        description="Run untrusted Python for teaching.",
+        epilog="exit status: 0 success, 2 bad input, 130 interrupted; each command's --help gives its own",
+    )
     parser.add_argument("--version", action="version", version=f"cellbox {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_run(subparsers)
@@ -143,10 +154,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse ``argv``; an unknown option is reported with the usage of its subcommand, not of ``cellbox``.
+
+    Raises:
+        SystemExit: exit status 2 after argparse's message (bad input), 0 after ``--help``.
+    """
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        command = getattr(args, "command", None)
+        sub = _subparsers(parser).get(command) if command else None
+        (sub or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``cellbox``; returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2

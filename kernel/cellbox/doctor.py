@@ -23,8 +23,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "doctor",
         help="show which isolation layers this machine supports, and why a layer is missing",
         description="Try each isolation layer (net, pid, fs and user through bubblewrap; landlock) and print "
-        "what works here. "
-        "Exit status 0 when every layer works, 1 when some are missing.",
+        "what works here.",
+        epilog="exit status: 0 every layer works; 1 some are missing; 2 bad input",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     parser.set_defaults(func=_cmd_doctor)

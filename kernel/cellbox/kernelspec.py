@@ -173,6 +173,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="install a Jupyter kernelspec for the cellbox kernel",
         description="Install a kernelspec that starts the cellbox kernel with these default limits. "
         "Without --user/--sys-prefix/--prefix it goes to the system-wide Jupyter data directory.",
+        epilog="exit status: 0 installed; 2 bad input or a folder that cannot be written",
     )
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--user", action="store_true", help="install for the current user only")

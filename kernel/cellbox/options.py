@@ -8,10 +8,11 @@ same one-line error wherever it is typed.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-from .sandbox.limits import Limits
+from .sandbox.limits import Limits, format_size, format_time
 
-__all__ = ["add_limit_options", "limits_from_args"]
+__all__ = ["add_limit_options", "limits_from_args", "format_default"]
 
 # (flag, field, metavar, help)
 LIMIT_OPTIONS = (
@@ -22,7 +23,7 @@ LIMIT_OPTIONS = (
     ("--file-size", "file_size", "SIZE", "largest file a process may write (RLIMIT_FSIZE)"),
     ("--open-files", "open_files", "N", "open file descriptors per process (RLIMIT_NOFILE)"),
     ("--processes", "processes", "N", "processes and threads the run may have at once"),
-    ("--nice", "nice", "N", "CPU niceness 0-19 (default 19, the lowest priority)"),
+    ("--nice", "nice", "N", "CPU niceness, 0 (normal) to 19 (the lowest priority)"),
     ("--io-class", "io_class", "CLASS", "I/O scheduling class: idle, best-effort or none"),
 )
 
@@ -37,8 +38,19 @@ def add_limit_options(parser: argparse.ArgumentParser, defaults: Limits | None =
             dest=f"limit_{field}",
             metavar=metavar,
             default=None,
-            help=f"{text} (default: {getattr(defaults, field)})",
+            help=f"{text} (default: {format_default(field, getattr(defaults, field))})",
         )
+
+
+def format_default(field: str, value: Any) -> str:
+    """A limit's value as people write it in ``--help``: ``2G``, ``30 s``, ``none``, ``256``."""
+    if value is None:
+        return "none"
+    if field in ("memory", "output", "file_size"):
+        return format_size(int(value))
+    if field in ("wall_time", "cpu_time"):
+        return format_time(float(value))
+    return str(value)
 
 
 def limits_from_args(args: argparse.Namespace, base: Limits | None = None) -> Limits:

@@ -29,8 +29,9 @@ def add_parser(subparsers: Any) -> None:
         description="Grade each submission in SUBMISSIONS (folders, .zip, .py, .ipynb) in its own sandboxed "
         "virtualenv against the pytest tests in TESTS. Verdicts: verified, failed, unverified, timed_out. "
         "Reports in --out: results.json, grades.csv, junit.xml, report.html, and with --format the files "
-        "course platforms import. Exit status: 0 when every submission has its row, 2 for bad input, "
-        "130 when interrupted.",
+        "course platforms import.",
+        epilog="exit status: 0 every submission has its row in the reports, whatever its verdict; 2 bad input; "
+        "130 interrupted (--resume finishes the rest)",
     )
     parser.add_argument("submissions", metavar="SUBMISSIONS", help="folder that holds one entry per submission")
     parser.add_argument("--tests", required=True, metavar="TESTS", help="folder of instructor tests, or one test file")
