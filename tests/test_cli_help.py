@@ -7,8 +7,8 @@ import re
 import pytest
 
 from cellbox.cli import main
-from cellbox.sandbox.limits import Limits, format_size, format_time
 from cellbox.options import LIMIT_OPTIONS
+from cellbox.sandbox.limits import Limits, format_size, format_time
 from cellbox.sandbox.outcome import STATUS_EXIT_CODES
 
 
