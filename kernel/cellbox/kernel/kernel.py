@@ -50,7 +50,7 @@ from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, default, vali
 
 from .. import __version__
 from ..sandbox.environment import TaskDirectory
-from ..sandbox.isolation import Isolation, IsolationError, describe
+from ..sandbox.isolation import Isolation, IsolationError, describe, make_plan, probe
 from ..sandbox.limits import LimitError, Limits, format_size
 from ..sandbox.outcome import Outcome, Status
 from ..sandbox.runs import Run, SandboxError, start
@@ -66,6 +66,11 @@ _DEFAULTS = Limits()
 STREAM_DELAY = 0.05
 # Task directories of kernel sessions are named so (under the system's temp directory).
 TASK_PREFIX = "cellbox-kernel-"
+# What a kernel running as root says when its cells keep root's powers.
+ROOT_POWERS = (
+    "The kernel runs as root, and so do its cells, with root's powers: they can read and change any file and "
+    "stop any process of the machine (isolation auto takes those powers away; see `cellbox doctor`)."
+)
 # The module each cell's process runs, and what the session imports before any cell:
 # numpy is cheap and most lessons use it; matplotlib (a third of a second) is imported
 # by the cell that uses it, once: the snapshot keeps it for the next cells.
@@ -305,7 +310,24 @@ class CellboxKernel(Kernel):
             f"Every cell runs in a fresh process with limits: {self.session_limits.describe()}.\n"
             "Change them for one cell with a first line such as: %%limits wall=60 memory=4G\n"
             f"{self._isolation_line()}"
+            f"{self._root_line()}"
         )
+
+    def _root_line(self) -> str:
+        """The banner's line when the kernel runs as root: what its cells may do with that (empty otherwise)."""
+        if os.geteuid() != 0:
+            return ""
+        try:
+            plan = make_plan(self.cell_isolation(), probe(), user=None)
+        except Exception:  # noqa: BLE001 - the isolation line has said what is wrong with the setting
+            return ""
+        if "user" in plan.layers:
+            return (
+                "\nThe kernel runs as root; its cells run as root of their own user namespace with every capability "
+                "dropped: they write the notebook folder, and cannot raise their limits, mount, or reach other "
+                "processes."
+            )
+        return f"\n{ROOT_POWERS}"
 
     def _isolation_line(self) -> str:
         """The banner's line on isolation: the layers cells get, or that they can reach the user's files."""
@@ -393,7 +415,8 @@ class CellboxKernel(Kernel):
             self._stream(
                 "stderr",
                 "cellbox: note: this kernel's cells run with isolation none: they can read your files, use the "
-                "network and signal your other programs (see `cellbox doctor`)\n",
+                "network and signal your other programs (see `cellbox doctor`)\n"
+                + (f"cellbox: note: {ROOT_POWERS}\n" if os.geteuid() == 0 else ""),
             )
         server = self._forkserver
         if server is None:
