@@ -10,9 +10,11 @@ import json
 import os
 import pwd
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from cellbox.cli import main
 from cellbox.sandbox import pids_cgroup_root
 from cellbox.sandbox.outcome import STATUS_EXIT_CODES, Status
 from sandboxkit import DESIGN_KEYS, marker, survivors
+from test_isolation import require_layers
 
 ROOT = Path(__file__).resolve().parents[1]
 CELLBOX = Path(sys.executable).with_name("cellbox")
@@ -111,7 +114,7 @@ def test_json_prints_one_object_with_the_design_keys(tmp_path: Path, capsys: pyt
     assert outcome["status"] == "ok"
     assert outcome["exit_code"] == 0 and outcome["signal"] is None
     assert outcome["stdout"] == "hello\n" and outcome["truncated"] is False
-    assert outcome["as_root"] is IS_ROOT
+    assert outcome["as_root"] is False  # isolation auto: as root, uid 0 without root's capabilities
 
 
 def test_json_of_a_timed_out_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -199,7 +202,7 @@ def test_cwd_option_sets_the_working_directory(tmp_path: Path, capsys: pytest.Ca
 
 @pytest.mark.skipif(not IS_ROOT, reason="the warning is printed only when cellbox runs as root")
 def test_root_run_warns_that_root_is_not_contained(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    main(["run", program(tmp_path, "print('hello')")])
+    main(["run", "--isolation", "none", program(tmp_path, "print('hello')")])
     err = capsys.readouterr().err
     assert ROOT_WARNING in err.splitlines()
     assert status_lines(err)[0].endswith("(ran as root: not contained)")
@@ -383,3 +386,71 @@ def test_status_line_starts_its_own_line_after_stderr_without_a_newline() -> Non
     result = run_in_shell('"$CELLBOX" run --isolation none -- sh -c "printf oops >&2"')
     assert result.stdout.splitlines()[:2] == ["oops", result.stdout.splitlines()[1]]
     assert result.stdout.splitlines()[1].startswith("cellbox: status=ok exit=0 ")
+
+
+# ---------------------------------------------------------------- the default isolation
+
+PRIVATE_FOLDER = """
+import os
+with open("/proc/self/status") as f:
+    fields = dict(line.split(":", 1) for line in f)
+print("caps", fields["CapEff"].strip())
+with open("given.txt") as f:
+    print("read", f.read())
+with open("made.txt", "w") as f:
+    f.write("made")
+try:
+    print("shadow", "read" if open("/etc/shadow").read(1) else "empty")
+except OSError as exc:
+    print("shadow", type(exc).__name__)
+"""
+
+
+def hide_bubblewrap(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Runs of this test find no bwrap: not on PATH, nor where Debian puts it."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr("cellbox.isolation.BWRAP_FALLBACK", str(tmp_path / "bwrap"))
+
+
+@pytest.mark.parametrize("bubblewrap", [True, False], ids=["bubblewrap", "no-bubblewrap"])
+def test_run_defaults_to_auto_and_keeps_its_private_working_folder(
+    bubblewrap: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if bubblewrap:
+        require_layers()
+    else:
+        hide_bubblewrap(monkeypatch, tmp_path)
+    folder = Path(tempfile.mkdtemp())  # 0700, this user's only
+    try:
+        (folder / "given.txt").write_text("given")
+        code = main(["run", "--json", "--cwd", str(folder), "--", sys.executable, "-c", PRIVATE_FOLDER])
+        outcome = json.loads(capsys.readouterr().out)
+        assert code == 0, outcome
+        # As root: uid 0 for the folder, none of root's capabilities; /etc/shadow stays out of reach
+        # (covered by an empty file in bubblewrap's view, refused by Landlock without it).
+        shadow = "empty" if bubblewrap and IS_ROOT else "PermissionError"
+        assert outcome["stdout"] == f"caps 0000000000000000\nread given\nshadow {shadow}\n"
+        assert (folder / "made.txt").read_text() == "made"
+        assert (folder / "made.txt").stat().st_uid == os.geteuid()
+        assert outcome["as_root"] is False
+        layers = {"net", "pid", "fs", "user", "landlock"} if bubblewrap else {"landlock"}
+        assert layers <= set(outcome["isolation"])
+        assert bubblewrap or not {"net", "pid", "fs"} & set(outcome["isolation"])
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_run_isolation_none_is_still_there(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["run", "--json", "--isolation", "none", program(tmp_path, "print('hello')")])
+    outcome = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert not {"net", "pid", "fs", "user", "landlock"} & set(outcome["isolation"])
+    assert outcome["as_root"] is IS_ROOT
+
+
+def test_run_help_names_the_default_isolation(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: auto;" in text
+    assert "under limits and isolation auto" in text

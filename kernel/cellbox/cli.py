@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from . import __version__
 from .options import add_limit_options, limits_from_args
 from .sandbox import SandboxError, run
-from .sandbox.isolation import IsolationError, add_isolation_options, isolation_from_args
+from .sandbox.isolation import Isolation, IsolationError, add_isolation_options, isolation_from_args
 from .sandbox.limits import LimitError
 from .sandbox.outcome import STATUS_EXIT_CODES, Outcome
 
@@ -41,6 +41,9 @@ ROOT_WARNING = (
     "(use --user NAME to run it as an unprivileged user)"
 )
 
+# `cellbox run`'s isolation when none is chosen: the strongest layers this machine has, as grading and the kernel.
+RUN_ISOLATION = Isolation(mode="auto")
+
 
 class UsageError(Exception):
     """Bad input from the user: printed as one line, exit status 2."""
@@ -50,14 +53,15 @@ def _add_run(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "run",
         help="run a Python file or a command in the sandbox",
-        description="Run FILE.py (with this Python) or -- CMD ARGS... in a fresh child process under limits; "
-        "print its output and a one-line status.",
+        description="Run FILE.py (with this Python) or -- CMD ARGS... in a fresh child process under limits "
+        "and isolation auto (every layer this machine has; as root, the program keeps uid 0 for the working "
+        "directory and none of root's powers); print its output and a one-line status.",
         epilog="exit status: "
         + ", ".join(f"{code} {status.value}" for status, code in STATUS_EXIT_CODES.items())
         + "; 2 bad input; 130 cellbox itself interrupted",
     )
     add_limit_options(parser)
-    add_isolation_options(parser)
+    add_isolation_options(parser, default=RUN_ISOLATION)
     parser.add_argument("--json", action="store_true", help="print the Outcome as one JSON object instead")
     parser.add_argument("--user", help="run the child as this user (needs root)")
     parser.add_argument("--cwd", help="working directory of the child (default: the current directory)")
@@ -93,7 +97,11 @@ def _parse_env(items: list[str]) -> dict[str, str]:
 def _cmd_run(args: argparse.Namespace) -> int:
     limits = limits_from_args(args)
     command = _command_for(args.target)
-    isolation = isolation_from_args(args)
+    isolation = isolation_from_args(args, RUN_ISOLATION)
+    if args.user is None:
+        # As root the program keeps uid 0, so it reads and writes the working directory it was given
+        # (root's own, a private mkdtemp folder), with none of root's capabilities (Isolation.keep_root).
+        isolation = dataclasses.replace(isolation, keep_root=True)
     if args.target and args.target[0].endswith(".py"):
         # The program file must be in the child's view, wherever it lies.
         isolation = dataclasses.replace(isolation, read_only=(*isolation.read_only, command[1]))

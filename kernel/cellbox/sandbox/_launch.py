@@ -252,6 +252,41 @@ def switch_user(spec):
     os.setuid(uid)
 
 
+PR_CAPBSET_DROP = 24
+PR_SET_SECUREBITS = 28
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+# SECBIT_NOROOT, SECBIT_NO_SETUID_FIXUP, SECBIT_KEEP_CAPS and SECBIT_NO_CAP_AMBIENT_RAISE,
+# each with its _LOCKED bit (linux/securebits.h): exec never gives uid 0 capabilities again.
+SECUREBITS_NO_ROOT = 0b11_1111 | 0b11 << 6
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def drop_capabilities():
+    """Keep uid 0, lose every power of root's, for good (capabilities(7), "Capabilities and execution of programs by root").
+
+    Securebits (locked) stop exec from handing uid 0 its capabilities again,
+    the bounding set is emptied, then capset(2) clears the effective, permitted
+    and inheritable sets.  What is left is the owner of root's files and nothing
+    more.  Raises OSError when the kernel refuses a step.
+    """
+    lib = libc()
+    if lib.prctl(PR_SET_SECUREBITS, SECUREBITS_NO_ROOT, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "securebits could not be set")
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            last = int(f.read())
+    except (OSError, ValueError):
+        last = 63
+    for cap in range(last + 1):
+        if lib.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != errno.EINVAL:
+            raise OSError(ctypes.get_errno(), f"capability {cap} could not be dropped")
+    lib.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # two of {effective, permitted, inheritable}, all zero
+    if lib.capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
+
+
 def check_reachable(spec):
     """Fail with a sentence, not errno, when the command cannot be reached."""
     who = f"user {spec['user']!r}" if spec.get("user") else "the sandbox"
@@ -386,6 +421,8 @@ def set_up_command(spec, status_fd, exact_priority):
     place_fds(spec.get("fds", []))
     apply_priority(spec, status_fd, exact=exact_priority)
     switch_user(spec)
+    if spec.get("drop_caps"):
+        drop_capabilities()
     if spec.get("no_new_privs") and libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "no_new_privs could not be set")
     apply_limits(spec, status_fd)

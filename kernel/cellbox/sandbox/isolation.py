@@ -456,7 +456,7 @@ def make_plan(isolation: Isolation, support: Support, *, user: str | int | None)
         notes.append(
             "net: without the net layer, UDP and unix sockets still reach the host (Landlock refuses TCP only)"
         )
-    if support.as_root and "user" in layers and "fs" not in layers:
+    if support.as_root and "user" in layers and "fs" not in layers and run_as is not None:
         notes.append(
             f"user: without the fs layer, {run_as} must reach the interpreter and the working directory by itself"
         )
@@ -558,7 +558,11 @@ def landlock_rules(
     """
     # Named devices only: beneath /dev lie the disks, which root could read whole.
     devices = ["/dev/random", "/dev/urandom", "/dev/tty"]
-    read = [*SYSTEM_PATHS, *SYSTEM_INFO_PATHS, "/proc", *devices, *python_paths(), *program_paths(programs, path)]
+    system: list[str] = list(SYSTEM_PATHS)
+    if isolation.keep_root and "fs" not in plan.layers:
+        # uid 0 without capabilities still owns root's files: allow /etc around those only root may read.
+        system = [*(p for p in SYSTEM_PATHS if p != "/etc"), *paths_around("/etc", set(root_only_files()))]
+    read = [*system, *SYSTEM_INFO_PATHS, "/proc", *devices, *python_paths(), *program_paths(programs, path)]
     if isolation.network:
         read.append(os.path.dirname(os.path.realpath("/etc/resolv.conf")))
     write = [cwd, task, *isolation.writable, "/dev/null", "/dev/zero", "/dev/full"]
@@ -658,6 +662,30 @@ def root_only_files() -> tuple[str, ...]:
             if not os.path.islink(path) and not info.st_mode & 0o004:
                 found.append(path)
     return tuple(sorted(found))
+
+
+def paths_around(top: str, excluded: set[str]) -> list[str]:
+    """Paths that together cover ``top`` and everything beneath it except ``excluded`` (files).
+
+    Landlock can only allow, so to keep a few files out of a directory its
+    rules name the directory's other entries instead, going down only where an
+    excluded file lies.  Used for ``/etc`` around :func:`root_only_files`.
+    """
+    if not any(_within(path, top) for path in excluded):
+        return [top]
+    found = []
+    try:
+        entries = sorted(os.scandir(top), key=lambda e: e.name)
+    except OSError:
+        return []
+    for entry in entries:
+        if entry.path in excluded:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            found += paths_around(entry.path, excluded)
+        else:
+            found.append(entry.path)
+    return found
 
 
 def _parents(target: str, mounted: dict[str, str]) -> list[str]:

@@ -238,7 +238,9 @@ class Run:
             spec.update(uid=uid, gid=gid, groups=groups, user=name)
             self.task.open_to(uid, gid)
             self._isolation.append(f"user:{name}")
-        self.as_root = (spec.get("uid", os.geteuid())) == 0
+        # Kept at uid 0 by the user layer (keep_root), the command has none of root's capabilities.
+        kept = plan is not None and "user" in plan.layers and plan.user is None and self.isolation.keep_root
+        self.as_root = (spec.get("uid", os.geteuid())) == 0 and not kept
         # The command may not signal or ptrace its supervisor or this process, in every mode (Landlock ABI 6).
         spec["signal_scope"] = True
         if _signal_scope_available():
@@ -412,6 +414,9 @@ class Run:
                 tmpfs_bytes=self.limits.file_size,
                 path=env["PATH"],
             )
+        if not prefix and "user" in plan.layers and plan.user is None and self.isolation.keep_root:
+            # Root kept at uid 0 without bubblewrap's user namespace: its capabilities go in the launcher.
+            spec["drop_caps"] = True
         if "landlock" in plan.layers:
             spec["landlock"] = landlock_rules(
                 self.isolation, plan, programs=programs, cwd=spec["cwd"], task=str(self.task.path), path=env["PATH"]
