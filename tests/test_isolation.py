@@ -463,7 +463,7 @@ def test_missing_bwrap_is_named_for_each_layer_it_would_give(tmp_path: Path) -> 
     assert all(not support.available(layer) for layer in BWRAP_LAYERS)
     plan = make_plan(AUTO, support, user=None)
     landlock = ["landlock"] if support.available("landlock") else []  # needs no bwrap
-    assert plan.layers == landlock
+    assert plan.layers == [*landlock, "syscall-filter"]
     assert plan.notes[0].startswith("net: isolation layer not active: bwrap cannot start here")
     missing = [layer for layer in LAYERS if layer not in landlock]
     assert [note.split(":")[0] for note in plan.notes if "isolation layer not active" in note] == missing
@@ -747,9 +747,195 @@ def test_root_run_without_bubblewrap_keeps_no_powers(monkeypatch: pytest.MonkeyP
         "parent-environ PermissionError",
     ]
     assert not outcome.as_root
-    assert {"user", "landlock", "signal-scope"} <= set(outcome.isolation)
+    assert {"user", "landlock", "signal-scope", "syscall-filter"} <= set(outcome.isolation)
     assert not {"net", "pid", "fs"} & set(outcome.isolation)
-    assert "net: without the net layer, UDP and unix sockets still reach the host (Landlock refuses TCP only)" in (
-        outcome.notes
-    )
+    assert not [note for note in outcome.notes if "still reach the host" in note]
     assert not os.path.exists("/dev/shm/cellbox-test-left")
+
+
+# ------------------------------------------------------------------ no socket, shared memory or device to the host
+
+TO_THE_HOST = """
+import ctypes, errno, os, socket, stat, sys
+udp_port, unix_path, shm_name = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def attempt(name, action):
+    try:
+        action()
+        print(name, "done")
+    except OSError as exc:
+        print(name, type(exc).__name__)
+
+
+def udp():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.sendto(b"escaped", ("127.0.0.1", udp_port))
+
+
+def unix():
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(2)
+        s.connect(unix_path)
+        s.sendall(b"escaped")
+
+
+def raw_unix():
+    # socket(2) itself, with the family's high bits set: the kernel reads an int, so this is AF_UNIX.
+    fd = libc.syscall(41, ctypes.c_ulong((1 << 32) | socket.AF_UNIX), socket.SOCK_STREAM, 0)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "socket")
+    address = b"\\x01\\x00" + unix_path.encode() + b"\\x00"  # struct sockaddr_un
+    if libc.connect(fd, address, len(address)) != 0:
+        raise OSError(ctypes.get_errno(), "connect")
+    os.write(fd, b"escaped")
+
+
+def shm():
+    with open("/dev/shm/" + shm_name, "w") as f:
+        f.write("left")
+
+
+attempt("udp", udp)
+attempt("unix", unix)
+attempt("raw-unix", raw_unix)
+attempt("shm", shm)
+attempt("device", lambda: os.mknod("disk", stat.S_IFBLK | 0o600, os.makedev(8, 0)))
+attempt("pair", lambda: socket.socketpair()[0].close())
+"""
+
+
+@pytest.fixture
+def host_listeners(tmp_path: Path) -> Iterator[tuple[socket.socket, socket.socket, str, str]]:
+    """A UDP socket on the host's 127.0.0.1 and a unix socket listening in the host's /tmp, open to every user."""
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    udp.setblocking(False)
+    folder = Path(tempfile.mkdtemp(dir="/tmp"))
+    folder.chmod(0o755)
+    path = str(folder / "host.sock")
+    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    unix.bind(path)
+    os.chmod(path, 0o777)
+    unix.listen()
+    unix.setblocking(False)
+    shm_name = f"cellbox-test-{uuid.uuid4().hex}"
+    try:
+        yield udp, unix, path, shm_name
+    finally:
+        udp.close()
+        unix.close()
+        os.unlink(path)
+        folder.rmdir()
+        if os.path.exists(f"/dev/shm/{shm_name}"):
+            os.unlink(f"/dev/shm/{shm_name}")
+
+
+def _received(udp: socket.socket, unix: socket.socket) -> list[str]:
+    """What reached the host's listeners: ``udp`` and ``unix`` for each that got anything."""
+    got = []
+    try:
+        udp.recv(64)
+        got.append("udp")
+    except BlockingIOError:
+        pass
+    try:
+        conn, _ = unix.accept()
+        conn.close()
+        got.append("unix")
+    except BlockingIOError:
+        pass
+    return got
+
+
+def hide_bubblewrap(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Runs of this test find no bwrap: not on PATH, nor where Debian puts it."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr("cellbox.isolation.BWRAP_FALLBACK", str(tmp_path / "bwrap"))
+
+
+@pytest.mark.parametrize("keep_root", [False, True], ids=["default", "keep-root"])
+def test_without_bubblewrap_no_socket_shared_memory_or_device_reaches_the_host(
+    keep_root: bool,
+    host_listeners: tuple[socket.socket, socket.socket, str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    require_layers("landlock")
+    udp, unix, path, shm_name = host_listeners
+    hide_bubblewrap(monkeypatch, tmp_path / "bin")
+    argv = ["/usr/bin/python3", "-c", TO_THE_HOST, str(udp.getsockname()[1]), path, shm_name]
+    # Debian's Python and a folder open to all: without the fs layer nobody must reach them by itself.
+    with tempfile.TemporaryDirectory(dir="/tmp") as folder:
+        work = Path(folder)
+        work.chmod(0o1777)
+        outcome = run(argv, isolation=Isolation.auto(keep_root=keep_root), cwd=folder)
+        assert not (work / "disk").exists()
+    assert outcome.status is Status.OK, outcome.stderr
+    assert outcome.stdout.splitlines() == [
+        "udp PermissionError",
+        "unix PermissionError",
+        "raw-unix PermissionError",
+        "shm PermissionError",
+        "device PermissionError",
+        "pair done",
+    ]
+    assert _received(udp, unix) == []
+    assert not os.path.exists(f"/dev/shm/{shm_name}")
+    assert {"landlock", "syscall-filter"} <= set(outcome.isolation)
+    assert not [note for note in outcome.notes if "still reach the host" in note]
+
+
+def test_with_bubblewrap_no_socket_shared_memory_or_device_reaches_the_host(
+    all_layers: None, host_listeners: tuple[socket.socket, socket.socket, str, str], tmp_path: Path
+) -> None:
+    udp, unix, path, shm_name = host_listeners
+    tmp_path.chmod(0o777)
+    argv = ["/usr/bin/python3", "-c", TO_THE_HOST, str(udp.getsockname()[1]), path, shm_name]
+    outcome = run(argv, isolation="auto", cwd=str(tmp_path))
+    assert outcome.status is Status.OK, outcome.stderr
+    # The datagram goes to the run's own loopback; the host's /tmp and /dev/shm are not in the view.
+    assert outcome.stdout.splitlines() == [
+        "udp done",
+        "unix FileNotFoundError",
+        "raw-unix FileNotFoundError",
+        "shm done",
+        "device PermissionError",
+        "pair done",
+    ]
+    assert _received(udp, unix) == []
+    assert not os.path.exists(f"/dev/shm/{shm_name}")
+    assert not (tmp_path / "disk").exists()
+    assert "syscall-filter" not in outcome.isolation  # the net and fs layers do it
+
+
+def test_without_libseccomp_the_notes_say_sockets_reach_the_host(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def no_library(*_args: object) -> bytes:
+        raise OSError("libseccomp is not available (Unable to find libseccomp)")
+
+    monkeypatch.setattr("cellbox.isolation.socket_filter", no_library)
+    plan = make_plan(AUTO, probe(bwrap=str(tmp_path / "no-bwrap-here")), user=None)
+    assert "syscall-filter" not in plan.layers
+    assert plan.sockets == (True, True)
+    assert (
+        "net: UDP and unix sockets still reach the host (Landlock refuses TCP only; "
+        "no syscall filter: libseccomp is not available (Unable to find libseccomp))"
+    ) in plan.notes
+
+
+def test_syscall_filter_refuses_io_uring_whose_sockets_bypass_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    require_layers("landlock")
+    hide_bubblewrap(monkeypatch, tmp_path / "bin")
+    code = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+params = ctypes.create_string_buffer(120)  # struct io_uring_params
+print(libc.syscall(425, 4, params), ctypes.get_errno())  # io_uring_setup
+"""
+    outcome = run(["/usr/bin/python3", "-c", code], isolation="auto", cwd="/")
+    assert outcome.stdout == "-1 1\n"  # EPERM

@@ -59,6 +59,14 @@ def test_memory_can_be_switched_off() -> None:
     assert Limits().updated({"memory": "none"}).memory is None
 
 
+def test_disk_and_resident_parse_as_sizes_or_none() -> None:
+    limits = Limits().updated({"disk": "256M", "rss": "100M"}, source="%%limits line")
+    assert (limits.disk, limits.resident) == (256 * 1024**2, 100 * 1024**2)
+    assert limits.updated({"disk": "none", "resident": "unlimited"}).disk is None
+    with pytest.raises(LimitError, match=r"^%%limits line \(disk\): 'lots' is not a size"):
+        Limits().updated({"disk": "lots"}, source="%%limits line")
+
+
 def test_unknown_limit_name_lists_the_known_ones() -> None:
     with pytest.raises(LimitError) as info:
         Limits().updated({"walltime": "5"}, source="%%limits line")
@@ -85,6 +93,8 @@ def test_defaults_are_the_documented_ones() -> None:
         "file_size": 64 * 1024**2,
         "open_files": 256,
         "processes": 128,
+        "disk": None,
+        "resident": None,
         "nice": 19,
         "io_class": "idle",
     }

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .sandbox.isolation import MODES
-from .sandbox.limits import Limits, format_size
+from .sandbox.limits import LimitError, Limits, format_size
 
 __all__ = ["kernel_json", "write_spec", "logo_png", "LOGO_SVG", "add_parser", "DEFAULT_NAME"]
 
@@ -111,12 +111,21 @@ def logo_png(size: int, samples: int = 4) -> bytes:
     )
 
 
+# Limits set up per spawned run (a tmpfs, a memory cgroup), which a session's forked cells cannot have.
+SESSION_WIDE_LIMITS = ("disk", "resident")
+
+
 def _limit_argv(limits: Limits) -> list[str]:
     """``--CellboxKernel.NAME=VALUE`` for every limit that differs from the defaults."""
     argv = []
     for name, value in limits.as_dict().items():
         if value == getattr(Limits(), name):
             continue
+        if name in SESSION_WIDE_LIMITS:
+            raise LimitError(
+                f"--{name}: not a limit of a kernel's cells (they share their session's sandbox); "
+                "it holds for `cellbox run` and `cellbox grade`"
+            )
         trait = "max_processes" if name == "processes" else name
         if name in ("memory", "output", "file_size"):
             value = "none" if value is None else format_size(value)

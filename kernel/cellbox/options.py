@@ -23,6 +23,20 @@ LIMIT_OPTIONS = (
     ("--file-size", "file_size", "SIZE", "largest file a process may write (RLIMIT_FSIZE)"),
     ("--open-files", "open_files", "N", "open file descriptors per process (RLIMIT_NOFILE)"),
     ("--processes", "processes", "N", "processes and threads the run may have at once"),
+    (
+        "--disk",
+        "disk",
+        "SIZE",
+        "total bytes the run may write in its task directory (HOME, TMPDIR; a size-capped tmpfs with "
+        "bubblewrap, else only --file-size per file), e.g. 256M, or none",
+    ),
+    (
+        "--resident",
+        "resident",
+        "SIZE",
+        "resident memory of the whole run (a memory cgroup, where writable; reserved but untouched "
+        "address space does not count), e.g. 100M, or none",
+    ),
     ("--nice", "nice", "N", "CPU niceness, 0 (normal) to 19 (the lowest priority)"),
     ("--io-class", "io_class", "CLASS", "I/O scheduling class: idle, best-effort or none"),
 )
@@ -46,7 +60,7 @@ def format_default(field: str, value: Any) -> str:
     """A limit's value as people write it in ``--help``: ``2G``, ``30 s``, ``none``, ``256``."""
     if value is None:
         return "none"
-    if field in ("memory", "output", "file_size"):
+    if field in ("memory", "output", "file_size", "disk", "resident"):
         return format_size(int(value))
     if field in ("wall_time", "cpu_time"):
         return format_time(float(value))

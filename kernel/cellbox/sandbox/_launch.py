@@ -262,7 +262,7 @@ _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 
 def drop_capabilities():
-    """Keep uid 0, lose every power of root's, for good (capabilities(7), "Capabilities and execution of programs by root").
+    """Keep uid 0 and lose every power of root's, for good (capabilities(7), programs run by root).
 
     Securebits (locked) stop exec from handing uid 0 its capabilities again,
     the bounding set is emptied, then capset(2) clears the effective, permitted
@@ -416,8 +416,9 @@ def set_up_command(spec, status_fd, exact_priority):
     for name in RESET_SIGNALS:
         signal.signal(getattr(signal, name), signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
-    if spec.get("cgroup"):
-        join_cgroup(spec["cgroup"])
+    for path in [spec.get("cgroup"), *spec.get("cgroups", [])]:
+        if path:
+            join_cgroup(path)
     place_fds(spec.get("fds", []))
     apply_priority(spec, status_fd, exact=exact_priority)
     switch_user(spec)
@@ -439,7 +440,29 @@ def set_up_command(spec, status_fd, exact_priority):
             note(status_fd, f"landlock: not applied ({exc.strerror or exc})")
     if spec.get("signal_scope") and not scoped:
         apply_signal_scope(status_fd)
+    if spec.get("seccomp"):
+        load_seccomp(bytes.fromhex(spec["seccomp"]))
     return None
+
+
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+BPF_INSTRUCTION_SIZE = 8  # struct sock_filter: u16 code, u8 jt, u8 jf, u32 k
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def load_seccomp(program):
+    """Install a seccomp BPF ``program`` (built by the parent with libseccomp) on this process.
+
+    Last step before exec: it holds for the command and everything it starts
+    (seccomp(2)).  Needs ``no_new_privs``, set earlier.  Raises OSError.
+    """
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // BPF_INSTRUCTION_SIZE, ctypes.addressof(buffer))
+    if libc().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "the syscall filter could not be loaded")
 
 
 def apply_signal_scope(status_fd):
@@ -635,7 +658,23 @@ class Supervisor:
         record["command_cpu"] = mine.ru_utime + mine.ru_stime
         record["cpu"] = total.ru_utime + total.ru_stime
         record["peak_kib"] = max(total.ru_maxrss, mine.ru_maxrss)
+        if self.spec.get("disk_watch"):
+            record["disk_full"] = disk_full(self.spec["disk_watch"])
         emit(self.status_fd, record)
+
+
+# Free bytes below which the run's task tmpfs counts as full: a write that did not fit
+# fills what is left, then fails with ENOSPC, so what stays free is less than a page or two.
+DISK_FULL_SLACK = 1024**2
+
+
+def disk_full(path):
+    """Whether the tmpfs at ``path`` (the run's ``disk`` limit) is full now, as the run left it (statvfs(3))."""
+    try:
+        info = os.statvfs(path)
+    except OSError:
+        return False
+    return info.f_bavail * info.f_frsize < DISK_FULL_SLACK
 
 
 def become_subreaper(status_fd):

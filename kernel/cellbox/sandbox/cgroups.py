@@ -1,4 +1,5 @@
-"""A run's pids cgroup: it caps the processes and threads of a run, and lists every one of them.
+"""A run's cgroups: the pids cgroup caps the processes and threads of a run, and lists every one of them;
+the memory cgroup caps its resident memory (the ``resident`` limit).
 
 A process cannot leave a cgroup it was put in without write access to
 another (cgroups(7)), so the cgroup finds a run's processes that left its
@@ -17,7 +18,16 @@ import time
 import uuid
 from pathlib import Path
 
-__all__ = ["PidsCgroup", "pids_cgroup_root", "stale_cgroups", "REMOVER", "CGROUP_PREFIX", "STALE_CGROUP_AGE"]
+__all__ = [
+    "PidsCgroup",
+    "MemoryCgroup",
+    "pids_cgroup_root",
+    "memory_cgroup_root",
+    "stale_cgroups",
+    "REMOVER",
+    "CGROUP_PREFIX",
+    "STALE_CGROUP_AGE",
+]
 
 # Seconds the cgroups of finished runs may take to be removed when the process exits.
 DRAIN_TIMEOUT = 2.0
@@ -93,6 +103,71 @@ class PidsCgroup:
 
 
 CGROUP_PREFIX = "cellbox-"
+
+
+def memory_cgroup_root() -> Path | None:
+    """A memory cgroup directory this process may create run cgroups in, or ``None``.
+
+    cgroup v1's ``memory`` hierarchy, or the v2 root when its ``memory``
+    controller is on for children (the kernel's cgroup-v1/memory.rst and
+    cgroup-v2.rst).  Usually only root can write there.
+    """
+    candidates = [Path("/sys/fs/cgroup/memory")]
+    v2 = Path("/sys/fs/cgroup")
+    try:
+        if "memory" in (v2 / "cgroup.subtree_control").read_text().split():
+            candidates.append(v2)
+    except OSError:
+        pass
+    for path in candidates:
+        if (path / "cgroup.procs").exists() and os.access(path, os.W_OK):
+            return path
+    return None
+
+
+class MemoryCgroup(PidsCgroup):
+    """One run's memory cgroup: caps the resident memory of all its processes, and counts OOM kills.
+
+    v1 writes ``memory.limit_in_bytes`` (and ``memory.memsw.limit_in_bytes``,
+    so swap does not stretch the cap); v2 ``memory.max`` and ``memory.swap.max``.
+    At the cap the kernel reclaims, then its OOM killer kills a process of the run.
+    """
+
+    def __init__(self, root: Path, limit: int) -> None:
+        REMOVER.start(root)
+        self.path = root / f"{CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self.path.mkdir()
+        self.v2 = not (self.path / "memory.limit_in_bytes").exists()
+        try:
+            if self.v2:
+                (self.path / "memory.max").write_text(str(limit))
+                if (self.path / "memory.swap.max").exists():
+                    (self.path / "memory.swap.max").write_text("0")
+            else:
+                (self.path / "memory.limit_in_bytes").write_text(str(limit))
+                if (self.path / "memory.memsw.limit_in_bytes").exists():
+                    (self.path / "memory.memsw.limit_in_bytes").write_text(str(limit))
+        except OSError:
+            self.path.rmdir()
+            raise
+
+    def oom_kills(self) -> int:
+        """Processes of the run the OOM killer killed at the cap (``oom_kill``, cgroup v2 or v1)."""
+        name = "memory.events" if self.v2 else "memory.oom_control"
+        try:
+            words = (self.path / name).read_text().split()
+        except OSError:
+            return 0
+        counts = dict(zip(words[::2], words[1::2], strict=False))
+        return int(counts.get("oom_kill", "0"))
+
+    def peak(self) -> int:
+        """Most resident memory the run's processes held together, bytes (0 when unknown)."""
+        name = "memory.peak" if self.v2 else "memory.max_usage_in_bytes"
+        try:
+            return int((self.path / name).read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return 0
 
 
 class CgroupRemover:

@@ -421,12 +421,15 @@ class Plan:
         missing: for each wanted layer that cannot be used, why.
         user: the user the command must run as (root plus the ``user`` layer), or ``None``.
         notes: sentences for the run's ``Outcome.notes``.
+        sockets: ``(inet, unix)``, the socket families the syscall filter refuses
+            (``syscall-filter`` in ``layers`` when the filter is given).
     """
 
     layers: list[str]
     missing: dict[str, str]
     user: str | int | None
     notes: list[str] = dataclasses.field(default_factory=list)
+    sockets: tuple[bool, bool] = (False, False)
 
 
 def make_plan(isolation: Isolation, support: Support, *, user: str | int | None) -> Plan:
@@ -452,15 +455,111 @@ def make_plan(isolation: Isolation, support: Support, *, user: str | int | None)
     if bwrapped:
         layers.append("ipc")
     notes = [f"{layer}: isolation layer not active: {why}" for layer, why in missing.items()]
-    if "net" in missing and not isolation.network:
-        notes.append(
-            "net: without the net layer, UDP and unix sockets still reach the host (Landlock refuses TCP only)"
-        )
+    sockets = _sockets_to_deny(isolation, layers)
+    if any(sockets):
+        blocked = socket_filter_missing()
+        if blocked is None:
+            layers.append("syscall-filter")
+        else:
+            reach = " and ".join(w for w, deny in zip(("UDP", "unix sockets"), sockets, strict=True) if deny)
+            notes.append(f"net: {reach} still reach the host (Landlock refuses TCP only; no syscall filter: {blocked})")
     if support.as_root and "user" in layers and "fs" not in layers and run_as is not None:
         notes.append(
             f"user: without the fs layer, {run_as} must reach the interpreter and the working directory by itself"
         )
-    return Plan(layers=layers, missing=missing, user=run_as, notes=notes)
+    return Plan(layers=layers, missing=missing, user=run_as, notes=notes, sockets=sockets)
+
+
+def _sockets_to_deny(isolation: Isolation, layers: list[str]) -> tuple[bool, bool]:
+    """``(inet, unix)``: the socket families the run's syscall filter must refuse (see :func:`socket_filter`).
+
+    Internet sockets, when the network is off and no net layer gives a private
+    one.  Unix sockets, when no fs layer hides the host's listeners (``/run``,
+    ``/tmp``...), or when abstract ones reach the host: no net layer, and no
+    Landlock scope for them (ABI 6).
+    """
+    if not isolation.wanted:
+        return (False, False)
+    inet = not isolation.network and "net" not in layers
+    abstract_scoped = "landlock" in layers and landlock_abi() >= 6
+    unix = "fs" not in layers or ("net" not in layers and not abstract_scoped)
+    return (inet, unix)
+
+
+# socket(2) families a run without the net layer may not open: everything but AF_NETLINK (16, the
+# kernel's own), and AF_INET/AF_INET6 (2, 10) too when the network is off.  socketpair(2) stays
+# allowed: its two ends reach nothing outside the run (asyncio, multiprocessing.Pipe, the session).
+AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
+# Families above AF_NETLINK are refused with one "greater or equal" rule.
+AF_FIRST_ABOVE_NETLINK = 17
+# mknod(2) and mknodat(2) of a character or block device (S_IFCHR, S_IFBLK under S_IFMT).
+S_IFMT, S_IFCHR, S_IFBLK = 0o170000, 0o020000, 0o060000
+
+
+@functools.lru_cache(maxsize=4)
+def socket_filter(inet: bool = True, unix: bool = True) -> bytes:
+    """The seccomp filter of a run that lacks the net or fs layer, as a BPF program (bytes).
+
+    Built with libseccomp (the ``pyseccomp`` bindings, over Debian's
+    ``libseccomp2``), loaded by the launcher just before exec
+    (seccomp(2), ``SECCOMP_MODE_FILTER``).  It refuses with EPERM:
+
+    - ``socket(2)`` of every family but AF_NETLINK, AF_UNIX and AF_INET/AF_INET6;
+      AF_UNIX too when ``unix`` (no pathname socket in the host's ``/run``,
+      ``/tmp``, ``/dev/shm`` and no abstract one is reached), AF_INET and
+      AF_INET6 too when ``inet`` (no UDP datagram leaves: the network is off);
+    - ``mknod(2)``/``mknodat(2)`` of a device node;
+    - io_uring (``io_uring_setup(2)`` and the rest), whose operations, sockets
+      included, never pass through seccomp.
+
+    Arguments are compared on their low 32 bits, as the kernel reads an
+    ``int`` (a family with high bits set is the same family).  A program
+    built for another architecture (32-bit ``int 0x80`` calls) is killed.
+
+    Raises:
+        OSError: libseccomp or its bindings are missing, or refused the filter
+            (:func:`socket_filter_missing` says which, in a sentence).
+    """
+    try:
+        import pyseccomp as seccomp
+    except (ImportError, RuntimeError) as exc:
+        raise OSError(f"libseccomp is not available ({exc})") from None
+    deny = seccomp.ERRNO(1)  # EPERM
+    low = 0xFFFF_FFFF
+    rules = seccomp.SyscallFilter(seccomp.ALLOW)
+    allowed = {AF_NETLINK, *(() if inet else (AF_INET, AF_INET6)), *(() if unix else (AF_UNIX,))}
+    for family in range(AF_FIRST_ABOVE_NETLINK):
+        if family not in allowed and family != 0:
+            rules.add_rule(deny, "socket", seccomp.Arg(0, seccomp.MASKED_EQ, low, family))
+    # With high bits set a family can only compare greater; the kernel reads the low 32 bits.
+    rules.add_rule(deny, "socket", seccomp.Arg(0, seccomp.GE, AF_FIRST_ABOVE_NETLINK))
+    for call, mode_arg in (("mknod", 1), ("mknodat", 2)):
+        for kind in (S_IFCHR, S_IFBLK):
+            rules.add_rule(deny, call, seccomp.Arg(mode_arg, seccomp.MASKED_EQ, S_IFMT, kind))
+    for call in ("io_uring_setup", "io_uring_enter", "io_uring_register"):
+        rules.add_rule(deny, call)
+    read_end, write_end = os.pipe()
+    try:
+        with os.fdopen(write_end, "wb") as out:
+            rules.export_bpf(out)
+        with os.fdopen(read_end, "rb") as source:
+            return source.read()
+    except BaseException:
+        for fd in (read_end, write_end):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        raise
+
+
+def socket_filter_missing() -> str | None:
+    """Why this machine cannot give :func:`socket_filter`, or ``None`` when it can."""
+    try:
+        socket_filter()
+    except OSError as exc:
+        return str(exc.strerror or exc)
+    return None
 
 
 def describe(isolation: Isolation, support: Support | None = None) -> str:
@@ -493,6 +592,8 @@ def bwrap_prefix(
     cgroup: str | None,
     tmpfs_bytes: int,
     path: str,
+    task_size: int | None = None,
+    cgroups: Sequence[str] = (),
 ) -> list[str]:
     """The ``bwrap ... --`` argv that gives ``plan.layers`` to the launcher.
 
@@ -507,6 +608,10 @@ def bwrap_prefix(
         cgroup: the run's pids cgroup directory, bound read-write so the command can join it.
         tmpfs_bytes: size of the fresh ``/tmp`` and ``/dev/shm`` (bytes).
         path: the child's ``PATH``, to find ``programs`` that are bare names.
+        task_size: with the ``fs`` layer, the task directory is a fresh tmpfs of
+            this many bytes (with empty ``home/``, ``work/`` and ``tmp/``) instead of
+            the host's directory: the run's ``disk`` limit.  ``None``: bound as it is.
+        cgroups: more cgroup directories the command joins (a memory cgroup), bound read-write.
     """
     assert support.bwrap is not None
     args = [support.bwrap, "--unshare-ipc"]
@@ -535,7 +640,9 @@ def bwrap_prefix(
         for cap in SUPERVISOR_CAPS:
             args += ["--cap-add", cap]
     if "fs" in plan.layers:
-        args += _view(isolation, support, programs, cwd, task, cgroup, tmpfs_bytes, path)
+        args += _view(isolation, support, programs, cwd, task, [*filter(None, [cgroup]), *cgroups], tmpfs_bytes, path)
+        if task_size is not None:
+            args += _task_tmpfs(task, task_size)
     else:
         args += ["--bind", "/", "/", "--dev-bind", "/dev", "/dev"]
     args += ["--proc", "/proc"] if "pid" in plan.layers else ["--ro-bind", "/proc", "/proc"]
@@ -582,13 +689,26 @@ def landlock_rules(
     }
 
 
+def _task_tmpfs(task: str, size: int) -> list[str]:
+    """bwrap arguments that put a tmpfs of ``size`` bytes over the task directory, with its three folders.
+
+    Mounted after the view, so it covers the host's task directory (and a
+    working directory inside it).  The folders are open to all: only the run
+    sees them, and its user (``nobody`` as root) must write them.
+    """
+    args = ["--size", str(size), "--perms", "0755", "--tmpfs", task]
+    for name in ("home", "work", "tmp"):
+        args += ["--perms", "1777", "--dir", os.path.join(task, name)]
+    return args
+
+
 def _view(
     isolation: Isolation,
     support: Support,
     programs: Sequence[str],
     cwd: str,
     task: str,
-    cgroup: str | None,
+    cgroups: Sequence[str],
     tmpfs_bytes: int,
     path: str,
 ) -> list[str]:
@@ -598,7 +718,7 @@ def _view(
     for system in SYSTEM_PATHS:
         if os.path.islink(system):
             args += ["--symlink", os.readlink(system), system]
-    entries = _view_entries(isolation, programs, cwd, task, cgroup, path)
+    entries = _view_entries(isolation, programs, cwd, task, cgroups, path)
     # Parents before children, so a deeper bind lands on top of a shallower one.
     mounted: dict[str, str] = {}
     for target in sorted(entries, key=lambda p: (p.count(os.sep), p)):
@@ -619,7 +739,7 @@ def _view(
 
 
 def _view_entries(
-    isolation: Isolation, programs: Sequence[str], cwd: str, task: str, cgroup: str | None, path: str
+    isolation: Isolation, programs: Sequence[str], cwd: str, task: str, cgroups: Sequence[str], path: str
 ) -> dict[str, str]:
     """What the view shows: each path mapped to ``ro``, ``rw`` or ``hide``."""
     entries: dict[str, str] = {}
@@ -634,7 +754,7 @@ def _view_entries(
     entries.update({p: "ro" for p in isolation.read_only})
     # A working directory of / would show the whole host: the view's own / stands in.
     entries.update({p: "rw" for p in (task, cwd, *isolation.writable) if p != "/"})
-    if cgroup:
+    for cgroup in cgroups:
         entries[cgroup] = "rw"
     for secret in secret_paths(isolation.hidden):
         if _shown(secret, entries) and not _within(cwd, secret):

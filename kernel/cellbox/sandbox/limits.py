@@ -17,6 +17,9 @@ output         bytes        the parent stops reading and kills the tree
 file_size      bytes        RLIMIT_FSIZE (Python: EFBIG; others: SIGXFSZ)
 open_files     count        RLIMIT_NOFILE
 processes      count        a pids cgroup when writable, else RLIMIT_NPROC
+disk           bytes        a size-capped tmpfs over the task directory (bubblewrap's
+                            ``--size``); without it, only RLIMIT_FSIZE per file
+resident       bytes        a memory cgroup's limit (resident memory), when writable
 nice           0..19        setpriority(2)
 io_class       name         ioprio_set(2): ``idle``, ``best-effort`` or ``none``
 =============  ===========  ============================================
@@ -122,7 +125,9 @@ def format_time(seconds: float) -> str:
     return f"{seconds:g} s"
 
 
-_SIZE_FIELDS = ("memory", "output", "file_size")
+_SIZE_FIELDS = ("memory", "output", "file_size", "disk", "resident")
+# Size limits that may be switched off (None): "none" or "unlimited" in text.
+_OPTIONAL_FIELDS = ("memory", "disk", "resident")
 _TIME_FIELDS = ("wall_time", "cpu_time")
 _COUNT_FIELDS = ("open_files", "processes")
 # Short names accepted on a %%limits line and in other user-facing text.
@@ -136,6 +141,7 @@ ALIASES = {
     "nproc": "processes",
     "procs": "processes",
     "io": "io_class",
+    "rss": "resident",
 }
 
 
@@ -153,6 +159,19 @@ class Limits:
         open_files: open file descriptors per process (RLIMIT_NOFILE).
         processes: processes the run may have at once (pids cgroup when writable,
             else RLIMIT_NPROC counted on top of the user's current processes).
+        disk: bytes a run may write in its task directory in total (its ``HOME``,
+            ``TMPDIR``, and its working directory when that is the task's
+            ``work/``), or ``None`` for no cap.  A size-capped tmpfs over the task
+            directory (bubblewrap's ``--size``, the ``fs`` layer, a run that owns
+            its task directory); a write past it fails with ENOSPC, and the
+            Outcome's notes say the limit was reached.  Elsewhere only
+            ``file_size`` holds, per file, and a note says the total is not capped.
+        resident: bytes of resident memory (RAM, page cache of its writes) the
+            whole run may use, or ``None`` for no cap: a memory cgroup's limit,
+            where one is writable (the kernel kills the run at the cap:
+            ``memory_limit``).  Unlike ``memory`` it does not count address
+            space reserved and never touched.  Where no memory cgroup is
+            writable, a note says so.
         nice: CPU niceness, 0 (normal) to 19 (lowest priority), see nice(1).
         io_class: I/O scheduling class, ``idle``, ``best-effort`` or ``none`` (unchanged).
     """
@@ -164,6 +183,8 @@ class Limits:
     file_size: int = 64 * 1024**2
     open_files: int = 256
     processes: int = 128
+    disk: int | None = None
+    resident: int | None = None
     nice: int = 19
     io_class: str = "idle"
 
@@ -174,7 +195,7 @@ class Limits:
                 raise LimitError(f"{name} must be a positive number of seconds, got {value!r}")
         for name in _SIZE_FIELDS + _COUNT_FIELDS:
             value = getattr(self, name)
-            if value is None and name == "memory":
+            if value is None and name in _OPTIONAL_FIELDS:
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise LimitError(f"{name} must be a positive whole number, got {value!r}")
@@ -195,8 +216,8 @@ class Limits:
         """Return a copy with fields parsed from text, as typed by a user.
 
         ``values`` maps a field name (or a short alias such as ``wall``, ``cpu``,
-        ``mem``) to text (``"256M"``, ``"2.5s"``) or a number.  ``memory`` also
-        accepts ``none``/``unlimited``.
+        ``mem``) to text (``"256M"``, ``"2.5s"``) or a number.  ``memory``,
+        ``disk`` and ``resident`` also accept ``none``/``unlimited``.
 
         Raises:
             LimitError: an unknown name or a bad value; the message names ``source``.
@@ -209,7 +230,7 @@ class Limits:
             if name in _TIME_FIELDS:
                 changes[name] = parse_time(raw_value, source=where)
             elif name in _SIZE_FIELDS:
-                if name == "memory" and str(raw_value).strip().lower() in ("none", "unlimited"):
+                if name in _OPTIONAL_FIELDS and str(raw_value).strip().lower() in ("none", "unlimited"):
                     changes[name] = None
                 else:
                     changes[name] = parse_size(raw_value, source=where)

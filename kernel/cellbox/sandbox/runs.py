@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from .cgroups import PidsCgroup, pids_cgroup_root
+from .cgroups import MemoryCgroup, PidsCgroup, memory_cgroup_root, pids_cgroup_root
 from .classify import classify, ends_in_memory_error, failed_reservation
 from .environment import TaskDirectory, build_environment
 from .isolation import (
@@ -50,6 +50,7 @@ from .isolation import (
     landlock_rules,
     make_plan,
     probe,
+    socket_filter,
 )
 from .limits import Limits, format_size
 from .outcome import Outcome, Status
@@ -216,6 +217,8 @@ class Run:
         self._release: Callable[[], None] | None = None
         self._pass_fds = dict(pass_fds or {})
         self._cgroup: PidsCgroup | None = None
+        self._memory_cgroup: MemoryCgroup | None = None
+        self._disk_watched = False
         self.start_method = "spawn"
         try:
             self._start(argv, cwd, env, stdin, on_stdout, on_stderr, channel, user)
@@ -252,9 +255,12 @@ class Run:
             self._isolation += [*(plan.layers if plan is not None else []), *self._forkserver.cgroup_layers]
             if os.geteuid() != 0:
                 spec["nproc_extra"] = self.limits.processes
+            self._note_session_wide_limits()
         else:
             self._setup_processes_limit(spec)
+            self._setup_resident_limit(spec)
             prefix = self._isolate(plan, spec, argv, child_env) if plan is not None else []
+            self._note_disk_limit(spec, prefix)
 
         control_r, self._control_w = os.pipe()
         self._status_r, status_w = os.pipe()
@@ -286,7 +292,9 @@ class Run:
                 self._isolation = [name for name in self._isolation if name not in dropped]
                 spec.pop("nproc_extra", None)
                 self._setup_processes_limit(spec)
+                self._setup_resident_limit(spec)
                 prefix = self._isolate(plan, spec, argv, child_env) if plan is not None else []
+                self._note_disk_limit(spec, prefix)
             if forked is not None:
                 self.proc = forked
                 self._stdin_pending = stdin_bytes or b""
@@ -413,10 +421,14 @@ class Run:
                 cgroup=spec.get("cgroup"),
                 tmpfs_bytes=self.limits.file_size,
                 path=env["PATH"],
+                task_size=self._task_tmpfs_size(plan, spec["cwd"]),
+                cgroups=spec.get("cgroups", []),
             )
         if not prefix and "user" in plan.layers and plan.user is None and self.isolation.keep_root:
             # Root kept at uid 0 without bubblewrap's user namespace: its capabilities go in the launcher.
             spec["drop_caps"] = True
+        if "syscall-filter" in plan.layers:
+            spec["seccomp"] = socket_filter(*plan.sockets).hex()
         if "landlock" in plan.layers:
             spec["landlock"] = landlock_rules(
                 self.isolation, plan, programs=programs, cwd=spec["cwd"], task=str(self.task.path), path=env["PATH"]
@@ -433,6 +445,80 @@ class Run:
                     f"fs: the working directory {spec['cwd']} is not writable by {spec.get('user')} (uid {uid})"
                 )
         return prefix
+
+    def _task_tmpfs_size(self, plan: Plan, cwd: str) -> int | None:
+        """The size of the tmpfs over the task directory (the ``disk`` limit), or ``None`` for none.
+
+        Only with the ``fs`` layer and bwrap's ``--size``, for a run that owns its
+        task directory (a caller's task holds files it put there and reads back),
+        and whose working directory is the task's ``work/`` or outside the task.
+        """
+        task = str(self.task.path)
+        inside = cwd == task or cwd.startswith(task + os.sep)
+        if (
+            self.limits.disk is None
+            or not self._own_task
+            or "fs" not in plan.layers
+            or not probe().tmpfs_size
+            or (inside and cwd != str(self.task.work))
+        ):
+            return None
+        self._disk_watched = True
+        return self.limits.disk
+
+    def _note_disk_limit(self, spec: dict[str, Any], prefix: list[str]) -> None:
+        """Watch the task tmpfs (the supervisor reports whether it filled), or say why the total is not capped."""
+        if self.limits.disk is None:
+            return
+        if prefix and self._disk_watched:
+            spec["disk_watch"] = str(self.task.path)
+            self._isolation.append("disk-tmpfs")
+            task = str(self.task.path)
+            if not (spec["cwd"] == task or spec["cwd"].startswith(task + os.sep)):
+                self._notes.append(
+                    f"disk: the working directory {spec['cwd']} is outside the task directory: its total is not "
+                    f"capped there, file_size caps each file at {format_size(self.limits.file_size)}"
+                )
+            return
+        self._disk_watched = False
+        if not self._own_task:
+            why = "the run writes a task directory its caller gave, which is kept"
+        else:
+            why = "a size-capped tmpfs needs the fs layer: isolation auto with bubblewrap 0.7 or later"
+        self._notes.append(
+            f"disk: the total written is not capped ({why}); file_size caps each file at "
+            f"{format_size(self.limits.file_size)}"
+        )
+
+    def _note_session_wide_limits(self) -> None:
+        """A run forked from a session shares the session's task directory and cgroups: say what does not hold."""
+        if self.limits.disk is not None:
+            self._notes.append(
+                "disk: the total written is not capped for a run forked from a session (it shares the "
+                f"session's task directory); file_size caps each file at {format_size(self.limits.file_size)}"
+            )
+        if self.limits.resident is not None:
+            self._notes.append("resident: not applied to a run forked from a session (it shares the session's cgroups)")
+
+    def _setup_resident_limit(self, spec: dict[str, Any]) -> None:
+        """Make the run's memory cgroup for the ``resident`` limit, or say why there is none."""
+        self._memory_cgroup = None
+        if self.limits.resident is None:
+            return
+        root = memory_cgroup_root()
+        if root is None:
+            self._notes.append(
+                "resident: not applied (no writable memory cgroup here: /sys/fs/cgroup/memory or a cgroup v2 "
+                "root with the memory controller, usually root's only); memory caps each process's address space"
+            )
+            return
+        try:
+            self._memory_cgroup = MemoryCgroup(root, self.limits.resident)
+        except OSError as exc:
+            self._notes.append(f"resident: not applied (memory cgroup unavailable: {exc.strerror or exc})")
+            return
+        spec["cgroups"] = [*spec.get("cgroups", []), str(self._memory_cgroup.path)]
+        self._isolation.append("memory-cgroup")
 
     def _setup_processes_limit(self, spec: dict[str, Any]) -> None:
         self._cgroup = None
@@ -787,6 +873,17 @@ class Run:
         signum = record.get("signal")
         peak = int(record.get("peak_kib", 0)) * 1024
         reservation = self._reservation(stderr)
+        oom_killed = self._memory_cgroup is not None and self._memory_cgroup.oom_kills() > 0
+        if oom_killed and self.limits.resident is not None:
+            self._notes.append(
+                f"resident: the run reached its resident memory limit of {format_size(self.limits.resident)} "
+                "(memory cgroup) and the kernel killed a process of it"
+            )
+        if record.get("disk_full") and self.limits.disk is not None:
+            self._notes.append(
+                f"disk: the run filled its task directory's limit of {format_size(self.limits.disk)}; "
+                "writes past it failed with ENOSPC (No space left on device)"
+            )
         status = classify(
             parent_action=self._parent_action,
             exit_code=record.get("exit_code"),
@@ -794,7 +891,7 @@ class Run:
             command_cpu=float(record.get("command_cpu", 0.0)),
             peak_memory=peak,
             limits=self.limits,
-            memory_error=self._memory_error or ends_in_memory_error(stderr) or reservation is not None,
+            memory_error=self._memory_error or ends_in_memory_error(stderr) or reservation is not None or oom_killed,
         )
         if status is Status.MEMORY_LIMIT and reservation is not None and self.limits.memory:
             self._notes.append(
@@ -855,13 +952,14 @@ class Run:
             self._close_stdin()
             if proc.returncode is None:
                 _stop_launcher(proc)
-        cgroup = getattr(self, "_cgroup", None)
-        if cgroup is not None:
-            if self._reported:
-                cgroup.remove_later()  # the launcher killed everything in it before it reported
-            else:
-                cgroup.remove()  # kills what is left, now
-            self._cgroup = None
+        for name in ("_cgroup", "_memory_cgroup"):
+            cgroup = getattr(self, name, None)
+            if cgroup is not None:
+                if self._reported:
+                    cgroup.remove_later()  # the launcher killed everything in it before it reported
+                else:
+                    cgroup.remove()  # kills what is left, now
+                setattr(self, name, None)
         release, self._release = self._release, None
         if release is not None:
             try:

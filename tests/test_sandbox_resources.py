@@ -1,0 +1,166 @@
+"""Disk and resident memory: a run that writes too much in total, or touches more memory than it may.
+
+Each test runs a real child.  The disk limit is a size-capped tmpfs over the
+task directory, which needs bubblewrap's fs layer; the resident limit is a
+memory cgroup, which needs one this process may write (root, as in CI).
+Where the machine lacks either, the test checks the note that says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from cellbox.cli import main
+from cellbox.environment import TaskDirectory
+from cellbox.isolation import probe
+from cellbox.limits import Limits
+from cellbox.outcome import Status
+from cellbox.sandbox import memory_cgroup_root, run
+from test_isolation import require_layers
+
+MiB = 1024**2
+
+# 20 files of 60 MiB each (1,200 MiB) in the working directory, each under the 64M file size limit.
+TWENTY_FILES = """
+chunk = b"x" * (60 * 1024**2)
+for i in range(20):
+    with open(f"f{i}", "wb") as f:
+        f.write(chunk)
+    print("wrote", i)
+"""
+DISK = Limits(wall_time=30, disk=256 * MiB, file_size=64 * MiB)
+
+
+def test_writing_past_the_disk_limit_stops_the_run_with_a_note() -> None:
+    require_layers("fs")
+    if not probe().tmpfs_size:
+        pytest.skip("this bwrap has no --size (bubblewrap 0.7 or later)")
+    outcome = run([sys.executable, "-c", TWENTY_FILES], limits=DISK, isolation="auto")
+    assert outcome.status is Status.ERROR
+    assert outcome.stdout == "".join(f"wrote {i}\n" for i in range(4))  # 4 x 60 MiB fit in 256 MiB
+    assert outcome.stderr.rstrip().endswith("OSError: [Errno 28] No space left on device")
+    assert (
+        "disk: the run filled its task directory's limit of 256M; writes past it failed with ENOSPC "
+        "(No space left on device)"
+    ) in outcome.notes
+    assert "disk-tmpfs" in outcome.isolation
+
+
+def test_disk_limit_covers_home_and_tmpdir_too() -> None:
+    require_layers("fs")
+    code = TWENTY_FILES.replace('open(f"f{i}"', 'open(os.path.join(os.environ["TMPDIR"], f"f{i}")')
+    outcome = run([sys.executable, "-c", "import os\n" + code], limits=DISK, isolation="auto")
+    assert outcome.status is Status.ERROR
+    assert outcome.stdout.count("wrote") == 4
+
+
+def test_under_the_disk_limit_nothing_is_said() -> None:
+    require_layers("fs")
+    code = TWENTY_FILES.replace("range(20)", "range(2)")
+    outcome = run([sys.executable, "-c", code], limits=DISK, isolation="auto")
+    assert outcome.status is Status.OK, outcome.stderr
+    assert not [note for note in outcome.notes if note.startswith("disk:")]
+
+
+def test_without_the_fs_layer_the_disk_note_says_only_files_are_capped() -> None:
+    code = TWENTY_FILES.replace("range(20)", "range(1)")
+    outcome = run([sys.executable, "-c", code], limits=DISK, isolation="none")
+    assert outcome.status is Status.OK, outcome.stderr
+    assert (
+        "disk: the total written is not capped (a size-capped tmpfs needs the fs layer: isolation auto with "
+        "bubblewrap 0.7 or later); file_size caps each file at 64M"
+    ) in outcome.notes
+
+
+def test_a_task_directory_the_caller_keeps_is_not_replaced(tmp_path: Path) -> None:
+    require_layers("fs")
+    with TaskDirectory.create(base=tmp_path) as task:
+        task.open_to(os.geteuid(), os.getegid())
+        (task.work / "given.txt").write_text("given")
+        os.chmod(task.path, 0o755)
+        for part in (task.home, task.work, task.tmp):
+            os.chmod(part, 0o777)
+        outcome = run(["cat", "given.txt"], limits=DISK, isolation="auto", task=task)
+    assert outcome.stdout == "given"
+    assert outcome.notes[-1].startswith("disk: the total written is not capped (the run writes a task directory")
+
+
+def test_cellbox_run_disk_flag_caps_the_task_and_names_the_working_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    require_layers("fs")
+    code = "import os\n" + TWENTY_FILES.replace('open(f"f{i}"', 'open(os.path.join(os.environ["HOME"], f"f{i}")')
+    argv = ["run", "--json", "--cwd", str(tmp_path), "--disk", "256M", "--file-size", "64M"]
+    exit_status = main([*argv, "--", sys.executable, "-c", code])
+    outcome = json.loads(capsys.readouterr().out)
+    assert exit_status == 10 and outcome["status"] == "error"
+    assert outcome["stdout"].count("wrote") == 4
+    assert outcome["limits"]["disk"] == 256 * MiB
+    assert (
+        f"disk: the working directory {tmp_path} is outside the task directory: its total is not capped there, "
+        "file_size caps each file at 64M"
+    ) in outcome["notes"]
+    assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- resident memory
+
+# Reserves 4 GiB of address space and touches only argv[1] MiB of it.
+RESERVE_AND_TOUCH = """
+import mmap, sys
+reserved = mmap.mmap(-1, 4 * 1024**3, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+for offset in range(0, int(sys.argv[1]) * 1024**2, 4096):
+    reserved[offset] = 1
+print("touched", sys.argv[1])
+"""
+RESIDENT = Limits(wall_time=30, memory=None, resident=100 * MiB)
+
+
+def require_memory_cgroup() -> None:
+    if memory_cgroup_root() is None:
+        pytest.skip("no writable memory cgroup here (needs root, or a delegated cgroup v2 subtree)")
+
+
+@pytest.mark.parametrize("isolation", ["none", "auto"])
+def test_reserving_much_and_touching_little_passes_under_a_resident_limit(isolation: str) -> None:
+    require_memory_cgroup()
+    outcome = run([sys.executable, "-c", RESERVE_AND_TOUCH, "50"], limits=RESIDENT, isolation=isolation)
+    assert outcome.status is Status.OK, outcome.stderr
+    assert outcome.stdout == "touched 50\n"
+    assert "memory-cgroup" in outcome.isolation
+    assert outcome.notes == () or not [n for n in outcome.notes if n.startswith("resident:")]
+
+
+@pytest.mark.parametrize("isolation", ["none", "auto"])
+def test_touching_past_the_resident_limit_is_memory_limit(isolation: str) -> None:
+    require_memory_cgroup()
+    outcome = run([sys.executable, "-c", RESERVE_AND_TOUCH, "300"], limits=RESIDENT, isolation=isolation)
+    assert outcome.status is Status.MEMORY_LIMIT
+    assert outcome.signal == "SIGKILL"
+    assert outcome.stdout == ""
+    assert (
+        "resident: the run reached its resident memory limit of 100M (memory cgroup) and the kernel killed a "
+        "process of it"
+    ) in outcome.notes
+
+
+def test_without_a_writable_memory_cgroup_the_resident_limit_is_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("cellbox.sandbox.memory_cgroup_root", lambda: None)
+    outcome = run([sys.executable, "-c", RESERVE_AND_TOUCH, "10"], limits=RESIDENT, isolation="none")
+    assert outcome.status is Status.OK
+    assert "memory-cgroup" not in outcome.isolation
+    assert outcome.notes[0].startswith("resident: not applied (no writable memory cgroup here")
+
+
+def test_cellbox_run_resident_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    require_memory_cgroup()
+    argv = ["run", "--json", "--memory", "none", "--resident", "100M", "--", sys.executable, "-c", RESERVE_AND_TOUCH]
+    code = main([*argv, "300"])
+    outcome = json.loads(capsys.readouterr().out)
+    assert code == 14 and outcome["status"] == "memory_limit"
+    assert outcome["limits"]["resident"] == 100 * MiB
