@@ -207,6 +207,8 @@ def table_rows(page: Path, heading: str | None = None) -> list[list[str]]:
 
 def default_text(name: str) -> str:
     value = getattr(Limits(), name)
+    if value is None:
+        return "none"
     if name in ("wall_time", "cpu_time"):
         return format_time(value)
     if name in ("memory", "output", "file_size"):
