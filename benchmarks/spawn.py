@@ -7,7 +7,9 @@ round so that a busy moment on the machine hits all three alike:
 * ``cellbox.sandbox.run`` of the same command under the default limits
   (launcher, rlimits, scrubbed environment, task directory, tree kill);
 * the ``cellbox run -- python -c pass`` command line, end to end (adds the
-  start of a Python process that imports cellbox).
+  start of a Python process that imports cellbox, and its default isolation
+  ``auto``: probing the machine's layers, bubblewrap, Landlock), and the same
+  with ``--isolation none``.
 
 Prints the median and the ratio to the floor for each.  Then, with
 ``--protections``, the added cost of each protection of a run against
@@ -46,6 +48,8 @@ from cellbox.sandbox.limits import Limits
 from cellbox.sandbox.outcome import Status
 
 TRIVIAL = [sys.executable, "-c", "pass"]
+# Debian's Python where there is one: as root without bubblewrap, `nobody` must reach the interpreter by itself.
+PROTECTED = ["/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable, "-c", "pass"]
 
 
 def cellbox_command() -> list[str]:
@@ -88,7 +92,7 @@ def protected(isolation: Isolation, limits: Limits | None = None, bubblewrap: bo
 
     def call() -> None:
         with contextlib.nullcontext() if bubblewrap else no_bubblewrap():
-            outcome = run(TRIVIAL, limits=limits or Limits(), isolation=isolation, cwd="/")
+            outcome = run(PROTECTED, limits=limits or Limits(), isolation=isolation, cwd="/")
         if outcome.status is not Status.OK:
             raise SystemExit(f"the run ended {outcome.status}: {outcome.stderr.strip()} {outcome.notes}")
 
@@ -119,6 +123,10 @@ def print_protections(times: dict[str, list[float]]) -> None:
         print(f"{name:<28} median {median * 1000:7.1f} ms   added {added * 1000:+6.1f} ms per run")
 
 
+def command_line_none() -> None:
+    subprocess.run([*cellbox_command(), "run", "--isolation", "none", "--", *TRIVIAL], check=True, capture_output=True)
+
+
 def measure(ways: dict[str, Callable[[], None]], rounds: int) -> dict[str, list[float]]:
     """Run each way once per round, in turn; return seconds per call for each way."""
     return interleaved({name: timed(call) for name, call in ways.items()}, rounds)
@@ -130,7 +138,12 @@ def main() -> None:
     parser.add_argument("--protections", action="store_true", help="also time each protection against isolation none")
     options = parser.parse_args()
     rounds = options.rounds
-    ways = {"subprocess.run": bare, "cellbox.sandbox.run": sandboxed, "cellbox run (CLI)": command_line}
+    ways = {
+        "subprocess.run": bare,
+        "cellbox.sandbox.run": sandboxed,
+        "cellbox run (CLI)": command_line,
+        "cellbox run, none": command_line_none,
+    }
     for call in ways.values():  # warm the page cache and imports once
         call()
     times = measure(ways, rounds)
@@ -145,7 +158,7 @@ def main() -> None:
         more = protections()
         for call in more.values():
             call()
-        print(f"protections: sandbox.run of {' '.join(TRIVIAL)} with cwd /; {rounds} rounds, interleaved")
+        print(f"protections: sandbox.run of {' '.join(PROTECTED)} with cwd /; {rounds} rounds, interleaved")
         print_protections(measure(more, rounds))
 
 
