@@ -38,6 +38,7 @@ from cellbox.sandbox.isolation import (
     UNPRIVILEGED_USER,
     Isolation,
     IsolationError,
+    Support,
     describe,
     landlock_abi,
     make_plan,
@@ -552,6 +553,18 @@ def test_doctor_reports_every_layer(capsys: pytest.CaptureFixture[str]) -> None:
     for layer in LAYERS:
         assert report["layers"][layer] == {"available": support.available(layer), "reason": support.missing.get(layer)}
     assert code == (0 if all(support.available(layer) for layer in LAYERS) else 1)
+    assert report["syscall_filter"] == {"available": True, "reason": None}  # pyseccomp is a dependency
+    assert report["disk_tmpfs"]["available"] is support.tmpfs_size
+    assert report["memory_cgroup"]["available"] is (sandbox.memory_cgroup_root() is not None)
+
+
+def test_doctor_names_a_missing_memory_cgroup(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("cellbox.sandbox.memory_cgroup_root", lambda: None)
+    main(["doctor"])
+    out = capsys.readouterr().out.splitlines()
+    assert "memory cgroup: no: no writable memory cgroup (the resident limit needs root or a delegation)" in out
 
 
 def test_doctor_says_why_without_bwrap(
@@ -939,3 +952,63 @@ print(libc.syscall(425, 4, params), ctypes.get_errno())  # io_uring_setup
 """
     outcome = run(["/usr/bin/python3", "-c", code], isolation="auto", cwd="/")
     assert outcome.stdout == "-1 1\n"  # EPERM
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="checks a run of root")
+def test_root_kept_without_bubblewrap_keeps_uid_0_and_no_powers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    require_landlock_abi(6, "signal scoping")
+    hide_bubblewrap(monkeypatch, tmp_path / "bin")
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # a process of root's
+    code = (
+        ROOT_WITHOUT_POWERS.replace("PARENT", str(os.getpid()))
+        + f"""
+for name, attempt in (
+    ("kill-root-process", lambda: os.kill({helper.pid}, 9)),
+    ("setuid", lambda: os.setuid(65534)),
+    ("chown", lambda: os.chown(".", 65534, 65534)),
+    ("etc", lambda: open("/etc/cellbox-test-left", "w")),
+):
+    try:
+        attempt()
+        print(name, "done")
+    except OSError as exc:
+        print(name, type(exc).__name__)
+"""
+    )
+    try:
+        outcome = run([sys.executable, "-c", code], isolation=Isolation.auto(keep_root=True), cwd=str(tmp_path))
+        assert helper.poll() is None
+    finally:
+        helper.kill()
+        helper.wait()
+    assert outcome.status is Status.OK, outcome.stderr
+    assert outcome.stdout.splitlines() == [
+        "uid 0 0",
+        "caps 0000000000000000 no_new_privs 1",
+        "shadow PermissionError",
+        "shm PermissionError",
+        "device PermissionError",
+        "parent-environ PermissionError",
+        "kill-root-process PermissionError",
+        "setuid PermissionError",
+        "chown PermissionError",
+        "etc PermissionError",
+    ]
+    assert not outcome.as_root
+    assert not os.path.exists("/etc/cellbox-test-left")
+    assert {"user", "landlock", "signal-scope", "syscall-filter"} <= set(outcome.isolation)
+
+
+def test_root_kept_without_bubblewrap_or_signal_scope_runs_as_nobody(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("cellbox.isolation.landlock_abi", lambda: 5)
+    support = Support(bwrap=None, as_root=True, missing={})  # root, Landlock, no bubblewrap
+    plan = make_plan(Isolation.auto(keep_root=True), support, user=None)
+    assert plan.user == UNPRIVILEGED_USER
+    assert (
+        "user: runs as nobody, not uid 0 without capabilities: without bubblewrap and Landlock's signal scope "
+        "(ABI 6, Linux 6.12) uid 0 could still signal root's processes"
+    ) in plan.notes
+    monkeypatch.setattr("cellbox.isolation.landlock_abi", lambda: 6)
+    assert make_plan(Isolation.auto(keep_root=True), support, user=None).user is None

@@ -114,6 +114,11 @@ def test_installed_spec_starts_a_kernel_with_its_limits(tmp_path: Path) -> None:
             "cellbox install: error: --memory: 'lots' is not a size; write a number with an "
             "optional unit, such as 256M, 1.5G or 64K",
         ),
+        (
+            ["--disk", "1G"],
+            "cellbox install: error: --disk: not a limit of a kernel's cells (they share their session's "
+            "sandbox); it holds for `cellbox run` and `cellbox grade`",
+        ),
     ],
 )
 def test_bad_install_options_are_one_line_and_exit_2(

@@ -12,7 +12,7 @@ import argparse
 import json
 import os
 
-from .sandbox.isolation import LAYERS, UNPRIVILEGED_USER, Support, probe
+from .sandbox.isolation import LAYERS, UNPRIVILEGED_USER, Support, probe, socket_filter_missing
 
 __all__ = ["add_parser", "doctor_report"]
 
@@ -39,6 +39,29 @@ def doctor_report(support: Support) -> dict[str, object]:
             layer: {"available": support.available(layer), "reason": support.missing.get(layer)} for layer in LAYERS
         },
         "rlimits": True,
+        **extras(support),
+    }
+
+
+def extras(support: Support) -> dict[str, dict[str, object]]:
+    """The protections beside the layers: the syscall filter, the disk tmpfs, the memory cgroup.
+
+    Each as ``{"available": bool, "reason": str | None}``; a missing one does not change the exit status.
+    """
+    from .sandbox.cgroups import memory_cgroup_root
+
+    blocked = socket_filter_missing()
+    cgroup = memory_cgroup_root()
+    return {
+        "syscall_filter": {"available": blocked is None, "reason": blocked},
+        "disk_tmpfs": {
+            "available": support.tmpfs_size,
+            "reason": None if support.tmpfs_size else "bwrap has no --size (bubblewrap 0.7 or later)",
+        },
+        "memory_cgroup": {
+            "available": cgroup is not None,
+            "reason": None if cgroup else "no writable memory cgroup (the resident limit needs root or a delegation)",
+        },
     }
 
 
@@ -56,4 +79,6 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
             state = "yes" if support.available(layer) else f"no: {support.missing.get(layer)}"
             print(f"{layer:8} {state}")
         print("rlimits, environment allowlist, process-tree kill: yes (always)")
+        for name, found in extras(support).items():
+            print(f"{name.replace('_', ' ')}: {'yes' if found['available'] else 'no: ' + str(found['reason'])}")
     return 0 if all(support.available(layer) for layer in LAYERS) else 1

@@ -449,12 +449,22 @@ def make_plan(isolation: Isolation, support: Support, *, user: str | int | None)
     run_as = user
     if "user" in layers and support.as_root and user is None and not isolation.keep_root:
         run_as = UNPRIVILEGED_USER
+    unscoped = support.bwrap is None and landlock_abi() < 6
+    if "user" in layers and support.as_root and user is None and isolation.keep_root and unscoped:
+        # uid 0 without capabilities may still signal every process of root's: only Landlock's signal
+        # scope (or bubblewrap's pid namespace) keeps it in, so without both the run takes another user.
+        run_as = UNPRIVILEGED_USER
     bwrapped = [layer for layer in layers if layer in BWRAP_LAYERS] if support.bwrap is not None else []
     if bwrapped and not support.as_root and "user" not in layers:
         layers = [layer for layer in LAYERS if layer in layers or layer == "user"]  # bwrap needs it
     if bwrapped:
         layers.append("ipc")
     notes = [f"{layer}: isolation layer not active: {why}" for layer, why in missing.items()]
+    if isolation.keep_root and run_as == UNPRIVILEGED_USER and user is None:
+        notes.append(
+            f"user: runs as {UNPRIVILEGED_USER}, not uid 0 without capabilities: without bubblewrap and Landlock's "
+            "signal scope (ABI 6, Linux 6.12) uid 0 could still signal root's processes"
+        )
     sockets = _sockets_to_deny(isolation, layers)
     if any(sockets):
         blocked = socket_filter_missing()
