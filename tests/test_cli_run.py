@@ -409,7 +409,7 @@ except OSError as exc:
 def hide_bubblewrap(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Runs of this test find no bwrap: not on PATH, nor where Debian puts it."""
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr("cellbox.isolation.BWRAP_FALLBACK", str(tmp_path / "bwrap"))
+    monkeypatch.setattr("cellbox.sandbox.isolation.BWRAP_FALLBACK", str(tmp_path / "bwrap"))
 
 
 @pytest.mark.parametrize("bubblewrap", [True, False], ids=["bubblewrap", "no-bubblewrap"])

@@ -31,6 +31,7 @@ import test_sandbox_adversarial as adversarial
 from cellbox.cli import main
 from cellbox.sandbox import SandboxError, run, start
 from cellbox.sandbox import runs as sandbox
+from cellbox.sandbox.cgroups import memory_cgroup_root
 from cellbox.sandbox.environment import TaskDirectory
 from cellbox.sandbox.isolation import (
     BWRAP_LAYERS,
@@ -555,13 +556,13 @@ def test_doctor_reports_every_layer(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == (0 if all(support.available(layer) for layer in LAYERS) else 1)
     assert report["syscall_filter"] == {"available": True, "reason": None}  # pyseccomp is a dependency
     assert report["disk_tmpfs"]["available"] is support.tmpfs_size
-    assert report["memory_cgroup"]["available"] is (sandbox.memory_cgroup_root() is not None)
+    assert report["memory_cgroup"]["available"] is (memory_cgroup_root() is not None)
 
 
 def test_doctor_names_a_missing_memory_cgroup(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("cellbox.sandbox.memory_cgroup_root", lambda: None)
+    monkeypatch.setattr("cellbox.sandbox.cgroups.memory_cgroup_root", lambda: None)
     main(["doctor"])
     out = capsys.readouterr().out.splitlines()
     assert "memory cgroup: no: no writable memory cgroup (the resident limit needs root or a delegation)" in out
@@ -865,7 +866,7 @@ def _received(udp: socket.socket, unix: socket.socket) -> list[str]:
 def hide_bubblewrap(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Runs of this test find no bwrap: not on PATH, nor where Debian puts it."""
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr("cellbox.isolation.BWRAP_FALLBACK", str(tmp_path / "bwrap"))
+    monkeypatch.setattr("cellbox.sandbox.isolation.BWRAP_FALLBACK", str(tmp_path / "bwrap"))
 
 
 @pytest.mark.parametrize("keep_root", [False, True], ids=["default", "keep-root"])
@@ -929,7 +930,7 @@ def test_without_libseccomp_the_notes_say_sockets_reach_the_host(
     def no_library(*_args: object) -> bytes:
         raise OSError("libseccomp is not available (Unable to find libseccomp)")
 
-    monkeypatch.setattr("cellbox.isolation.socket_filter", no_library)
+    monkeypatch.setattr("cellbox.sandbox.isolation.socket_filter", no_library)
     plan = make_plan(AUTO, probe(bwrap=str(tmp_path / "no-bwrap-here")), user=None)
     assert "syscall-filter" not in plan.layers
     assert plan.sockets == (True, True)
@@ -1002,7 +1003,7 @@ for name, attempt in (
 
 
 def test_root_kept_without_bubblewrap_or_signal_scope_runs_as_nobody(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("cellbox.isolation.landlock_abi", lambda: 5)
+    monkeypatch.setattr("cellbox.sandbox.isolation.landlock_abi", lambda: 5)
     support = Support(bwrap=None, as_root=True, missing={})  # root, Landlock, no bubblewrap
     plan = make_plan(Isolation.auto(keep_root=True), support, user=None)
     assert plan.user == UNPRIVILEGED_USER
@@ -1010,5 +1011,5 @@ def test_root_kept_without_bubblewrap_or_signal_scope_runs_as_nobody(monkeypatch
         "user: runs as nobody, not uid 0 without capabilities: without bubblewrap and Landlock's signal scope "
         "(ABI 6, Linux 6.12) uid 0 could still signal root's processes"
     ) in plan.notes
-    monkeypatch.setattr("cellbox.isolation.landlock_abi", lambda: 6)
+    monkeypatch.setattr("cellbox.sandbox.isolation.landlock_abi", lambda: 6)
     assert make_plan(Isolation.auto(keep_root=True), support, user=None).user is None

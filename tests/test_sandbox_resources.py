@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from cellbox.cli import main
-from cellbox.environment import TaskDirectory
-from cellbox.isolation import probe
-from cellbox.limits import Limits
-from cellbox.outcome import Status
-from cellbox.sandbox import memory_cgroup_root, run
+from cellbox.sandbox import run
+from cellbox.sandbox.cgroups import memory_cgroup_root
+from cellbox.sandbox.environment import TaskDirectory
+from cellbox.sandbox.isolation import probe
+from cellbox.sandbox.limits import Limits
+from cellbox.sandbox.outcome import Status
 from test_isolation import require_layers
 
 MiB = 1024**2
@@ -150,7 +151,7 @@ def test_touching_past_the_resident_limit_is_memory_limit(isolation: str) -> Non
 
 
 def test_without_a_writable_memory_cgroup_the_resident_limit_is_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("cellbox.sandbox.memory_cgroup_root", lambda: None)
+    monkeypatch.setattr("cellbox.sandbox.runs.memory_cgroup_root", lambda: None)
     outcome = run([sys.executable, "-c", RESERVE_AND_TOUCH, "10"], limits=RESIDENT, isolation="none")
     assert outcome.status is Status.OK
     assert "memory-cgroup" not in outcome.isolation
