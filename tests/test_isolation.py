@@ -424,7 +424,7 @@ def test_processes_limit_holds_in_the_namespaces_without_a_pids_cgroup(
 ) -> None:
     # RLIMIT_NPROC counts nobody's tasks on the whole machine, while the
     # launcher sees only its PID namespace: the parent counts for it.
-    monkeypatch.setattr(sandbox, "pids_cgroup_root", lambda: None)
+    monkeypatch.setattr("cellbox.sandbox.confinement.pids_cgroup_root", lambda: None)
     mark = marker()
     outcome = run_python(FORK_UNTIL_REFUSED, mark, limits=Limits(processes=10, wall_time=10), isolation=AUTO)
     assert outcome.status is Status.OK, outcome.stderr

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from cellbox.sandbox import SandboxError, classify, run, start
-from cellbox.sandbox import runs as sandbox
 from cellbox.sandbox.environment import TaskDirectory
 from cellbox.sandbox.limits import Limits
 from cellbox.sandbox.outcome import Status
@@ -44,9 +43,12 @@ def test_interrupt_from_another_thread_gives_keyboard_interrupt_and_interrupted(
 
 
 def test_interrupt_ignored_by_the_child_is_followed_by_a_kill() -> None:
-    code = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(100)"
-    running = start([sys.executable, "-c", code])
-    threading.Timer(0.3, lambda: running.interrupt(grace=0.5)).start()
+    code = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('ready', flush=True)\n"
+    code += "time.sleep(100)"
+    holder: list[Any] = []
+    # Interrupted once SIGINT is ignored (on a loaded machine, Python may take longer than a fixed delay to start).
+    running = start([sys.executable, "-c", code], on_stdout=lambda text: holder[0].interrupt(grace=0.5))
+    holder.append(running)
     outcome = running.wait()
     assert outcome.status is Status.INTERRUPTED
     assert outcome.signal == "SIGKILL"
@@ -260,7 +262,7 @@ def test_no_preexec_fn_in_the_parent() -> None:
 def test_failing_output_consumer_still_leaves_nothing_running(monkeypatch: pytest.MonkeyPatch) -> None:
     # Without a pids cgroup (every non-root user) only the launcher can kill the
     # tree when the parent gives up on a run: it must be given the time to.
-    monkeypatch.setattr(sandbox, "pids_cgroup_root", lambda: None)
+    monkeypatch.setattr("cellbox.sandbox.confinement.pids_cgroup_root", lambda: None)
     mark = marker()
     code = """
         import os, time

@@ -151,7 +151,7 @@ def test_touching_past_the_resident_limit_is_memory_limit(isolation: str) -> Non
 
 
 def test_without_a_writable_memory_cgroup_the_resident_limit_is_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("cellbox.sandbox.runs.memory_cgroup_root", lambda: None)
+    monkeypatch.setattr("cellbox.sandbox.confinement.memory_cgroup_root", lambda: None)
     outcome = run([sys.executable, "-c", RESERVE_AND_TOUCH, "10"], limits=RESIDENT, isolation="none")
     assert outcome.status is Status.OK
     assert "memory-cgroup" not in outcome.isolation

@@ -6,11 +6,14 @@ modules, each importing only those listed before it:
 
 * :mod:`~cellbox.sandbox.limits`: the limits of a run and how people write them;
 * :mod:`~cellbox.sandbox.outcome`: how a run ended (:class:`Status`, :class:`Outcome`);
+* :mod:`~cellbox.sandbox.classify`: which status a run gets, in the design's order of precedence;
 * :mod:`~cellbox.sandbox.environment`: the scrubbed environment and the task directory;
 * :mod:`~cellbox.sandbox.isolation`: the layers below the interpreter (bubblewrap, Landlock) and their probe;
 * :mod:`~cellbox.sandbox._launch`: the launcher, run in the child before the command (standard library only);
-* :mod:`~cellbox.sandbox.cgroups`: a run's pids cgroup;
-* :mod:`~cellbox.sandbox.runs`: :func:`start` and :func:`run`, the parent's side of one run;
+* :mod:`~cellbox.sandbox.cgroups`: a run's pids and memory cgroups;
+* :mod:`~cellbox.sandbox.confinement`: a run's walls, set up before it starts (bwrap, Landlock, seccomp, cgroups);
+* :mod:`~cellbox.sandbox.pump`: the reading of a run's pipes (output, status, channel, stdin);
+* :mod:`~cellbox.sandbox.runs`: :func:`start` and :func:`run`, the parent's side of one run (:class:`Run`);
 * :mod:`~cellbox.sandbox.snapshots`: the snapshot chain's processes (a run forked from a kept process image);
 * :mod:`~cellbox.sandbox.keeper`: the session's trusted supervisor of the chain and of its runs;
 * :mod:`~cellbox.sandbox.session`: :class:`~cellbox.sandbox.session.ForkServer`, the session sandbox, owner's side.

@@ -43,10 +43,22 @@ RESERVATION_FAILURES = (
 )
 
 
-def failed_reservation(stderr: str) -> str | None:
-    """The phrase of :data:`RESERVATION_FAILURES` in the tail of ``stderr``, or ``None``."""
+def failed_reservation(stderr: str, limits: Limits, threads_refused: bool | None = False) -> str | None:
+    """A failure to reserve memory under the memory limit that ``stderr`` reports, or ``None``.
+
+    The phrase of :data:`RESERVATION_FAILURES` in the tail of ``stderr``, only
+    with a memory limit.  A thread that cannot start is put down to the
+    processes limit instead when the run's pids cgroup counted a refused fork
+    (``threads_refused``: ``pids.events``, cgroup-v1/pids.rst); ``None`` there
+    means it is not known, and the phrase says it may be either.
+    """
     tail = stderr[-4096:]
-    return next((phrase for phrase in RESERVATION_FAILURES if phrase in tail), None)
+    phrase = next((phrase for phrase in RESERVATION_FAILURES if phrase in tail), None) if limits.memory else None
+    if phrase != "can't start new thread":
+        return phrase
+    if threads_refused is None:
+        return f"{phrase}, or the processes limit: RLIMIT_NPROC refuses a thread the same way"
+    return None if threads_refused else phrase
 
 
 def ends_in_memory_error(stderr: str) -> bool:

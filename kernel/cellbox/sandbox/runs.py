@@ -27,7 +27,6 @@ import functools
 import json
 import os
 import pwd
-import selectors
 import signal
 import subprocess
 import sys
@@ -37,23 +36,20 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from .cgroups import MemoryCgroup, PidsCgroup, memory_cgroup_root, pids_cgroup_root
+from .cgroups import MemoryCgroup, PidsCgroup, pids_cgroup_root
 from .classify import classify, ends_in_memory_error, failed_reservation
+from .confinement import Confinement
 from .environment import TaskDirectory, build_environment
 from .isolation import (
-    BWRAP_LAYERS,
     Isolation,
     Plan,
-    bwrap_prefix,
-    count_user_tasks,
     landlock_abi,
-    landlock_rules,
     make_plan,
     probe,
-    socket_filter,
 )
 from .limits import Limits, format_size
 from .outcome import Outcome, Status
+from .pump import KILL_GRACE, Pump
 
 __all__ = [
     "run",
@@ -68,18 +64,11 @@ __all__ = [
 ]
 
 LAUNCHER = str(Path(__file__).with_name("_launch.py"))
-# Seconds the launcher gets to kill the tree and report before the parent
-# kills the launcher itself and stops reading.
-KILL_GRACE = 2.0
 # Isolation when a caller does not choose: see docs/isolation.md for why.
 DEFAULT_ISOLATION = Isolation(mode="none")
 # Seconds an interrupted run gets to stop on SIGINT before it is killed.
 INTERRUPT_GRACE = 1.0
-READ_SIZE = 65536
-# Bytes of one message line on the channel, and of all of them in one run:
-# rich output (a PNG plot) travels there, so it is larger than ``output``.
-CHANNEL_LINE_MAX = 32 * 1024**2
-CHANNEL_TOTAL_MAX = 128 * 1024**2
+# Where the channel's two pipes are in the command (message out, reply in).
 CHANNEL_FDS = (3, 4)
 
 
@@ -174,7 +163,7 @@ class _Forked:
         self.returncode = -signal.SIGKILL
 
 
-class Run:
+class Run(Confinement, Pump):
     """A started run.  Create with :func:`start`; finish with :meth:`wait`.
 
     :meth:`interrupt`, :meth:`kill` and :meth:`send` may be called from other
@@ -404,135 +393,6 @@ class Run:
         self._notes += plan.notes
         return plan
 
-    def _isolate(self, plan: Plan, spec: dict[str, Any], argv: Sequence[str], env: dict[str, str]) -> list[str]:
-        """The bwrap command in front of the launcher, the Landlock rules, and the run's report of the layers."""
-        programs = [sys.executable, str(argv[0])]
-        prefix: list[str] = []
-        # Isolated runs never regain powers through a set-user-ID program (prctl(2) PR_SET_NO_NEW_PRIVS).
-        spec["no_new_privs"] = True
-        if set(plan.layers) & set(BWRAP_LAYERS) and probe().bwrap is not None:
-            prefix = bwrap_prefix(
-                plan,
-                probe(),
-                self.isolation,
-                programs=programs,
-                cwd=spec["cwd"],
-                task=str(self.task.path),
-                cgroup=spec.get("cgroup"),
-                tmpfs_bytes=self.limits.file_size,
-                path=env["PATH"],
-                task_size=self._task_tmpfs_size(plan, spec["cwd"]),
-                cgroups=spec.get("cgroups", []),
-            )
-        if not prefix and "user" in plan.layers and plan.user is None and self.isolation.keep_root:
-            # Root kept at uid 0 without bubblewrap's user namespace: its capabilities go in the launcher.
-            spec["drop_caps"] = True
-        if "syscall-filter" in plan.layers:
-            spec["seccomp"] = socket_filter(*plan.sockets).hex()
-        if "landlock" in plan.layers:
-            spec["landlock"] = landlock_rules(
-                self.isolation, plan, programs=programs, cwd=spec["cwd"], task=str(self.task.path), path=env["PATH"]
-            )
-        self._isolation += plan.layers
-        uid = spec.get("uid")
-        if uid is not None and uid != os.geteuid():
-            if "pid" in plan.layers and "nproc_extra" in spec:
-                # RLIMIT_NPROC counts the uid's tasks on the whole machine; the
-                # launcher sees only its namespace, so count for it here.
-                spec["nproc_base"] = count_user_tasks(uid)
-            if not _writable_by(spec["cwd"], uid, spec.get("groups") or []):
-                self._notes.append(
-                    f"fs: the working directory {spec['cwd']} is not writable by {spec.get('user')} (uid {uid})"
-                )
-        return prefix
-
-    def _task_tmpfs_size(self, plan: Plan, cwd: str) -> int | None:
-        """The size of the tmpfs over the task directory (the ``disk`` limit), or ``None`` for none.
-
-        Only with the ``fs`` layer and bwrap's ``--size``, for a run that owns its
-        task directory (a caller's task holds files it put there and reads back),
-        and whose working directory is the task's ``work/`` or outside the task.
-        """
-        task = str(self.task.path)
-        inside = cwd == task or cwd.startswith(task + os.sep)
-        if (
-            self.limits.disk is None
-            or not self._own_task
-            or "fs" not in plan.layers
-            or not probe().tmpfs_size
-            or (inside and cwd != str(self.task.work))
-        ):
-            return None
-        self._disk_watched = True
-        return self.limits.disk
-
-    def _note_disk_limit(self, spec: dict[str, Any], prefix: list[str]) -> None:
-        """Watch the task tmpfs (the supervisor reports whether it filled), or say why the total is not capped."""
-        if self.limits.disk is None:
-            return
-        if prefix and self._disk_watched:
-            spec["disk_watch"] = str(self.task.path)
-            self._isolation.append("disk-tmpfs")
-            task = str(self.task.path)
-            if not (spec["cwd"] == task or spec["cwd"].startswith(task + os.sep)):
-                self._notes.append(
-                    f"disk: the working directory {spec['cwd']} is outside the task directory: its total is not "
-                    f"capped there, file_size caps each file at {format_size(self.limits.file_size)}"
-                )
-            return
-        self._disk_watched = False
-        if not self._own_task:
-            why = "the run writes a task directory its caller gave, which is kept"
-        else:
-            why = "a size-capped tmpfs needs the fs layer: isolation auto with bubblewrap 0.7 or later"
-        self._notes.append(
-            f"disk: the total written is not capped ({why}); file_size caps each file at "
-            f"{format_size(self.limits.file_size)}"
-        )
-
-    def _note_session_wide_limits(self) -> None:
-        """A run forked from a session shares the session's task directory and cgroups: say what does not hold."""
-        if self.limits.disk is not None:
-            self._notes.append(
-                "disk: the total written is not capped for a run forked from a session (it shares the "
-                f"session's task directory); file_size caps each file at {format_size(self.limits.file_size)}"
-            )
-        if self.limits.resident is not None:
-            self._notes.append("resident: not applied to a run forked from a session (it shares the session's cgroups)")
-
-    def _setup_resident_limit(self, spec: dict[str, Any]) -> None:
-        """Make the run's memory cgroup for the ``resident`` limit, or say why there is none."""
-        self._memory_cgroup = None
-        if self.limits.resident is None:
-            return
-        root = memory_cgroup_root()
-        if root is None:
-            self._notes.append(
-                "resident: not applied (no writable memory cgroup here: /sys/fs/cgroup/memory or a cgroup v2 "
-                "root with the memory controller, usually root's only); memory caps each process's address space"
-            )
-            return
-        try:
-            self._memory_cgroup = MemoryCgroup(root, self.limits.resident)
-        except OSError as exc:
-            self._notes.append(f"resident: not applied (memory cgroup unavailable: {exc.strerror or exc})")
-            return
-        spec["cgroups"] = [*spec.get("cgroups", []), str(self._memory_cgroup.path)]
-        self._isolation.append("memory-cgroup")
-
-    def _setup_processes_limit(self, spec: dict[str, Any]) -> None:
-        self._cgroup = None
-        root = pids_cgroup_root()
-        if root is not None:
-            try:
-                self._cgroup = PidsCgroup(root, self.limits.processes)
-                spec["cgroup"] = str(self._cgroup.path)
-                self._isolation.append("pids-cgroup")
-                return
-            except OSError as exc:
-                self._notes.append(f"processes: pids cgroup unavailable ({exc.strerror}); using RLIMIT_NPROC")
-        spec["nproc_extra"] = self.limits.processes
-
     # ------------------------------------------------------------------ control
 
     def _control(self, word: str) -> None:
@@ -627,171 +487,6 @@ class Run:
         finally:
             self._cleanup()
 
-    def _pump(self) -> tuple[dict[str, Any] | None, str | None]:
-        assert self.proc.stdout is not None and self.proc.stderr is not None
-        sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout.fileno(), selectors.EVENT_READ, "stdout")
-        sel.register(self.proc.stderr.fileno(), selectors.EVENT_READ, "stderr")
-        sel.register(self._status_r, selectors.EVENT_READ, "status")
-        sel.register(self._wake_r, selectors.EVENT_READ, "wake")
-        if self._channel_r is not None:
-            sel.register(self._channel_r, selectors.EVENT_READ, "channel")
-        if self.proc.stdin is not None:
-            sel.register(self.proc.stdin.fileno(), selectors.EVENT_WRITE, "stdin")
-            os.set_blocking(self.proc.stdin.fileno(), False)
-        status_buf, channel_buf = bytearray(), bytearray()
-        self._kept = 0
-        self._channel_total = 0
-        record: dict[str, Any] | None = None
-        exec_error: str | None = None
-        open_count = len(sel.get_map()) - 1  # every source but the wake pipe
-        give_up_at: float | None = None
-        while open_count > 0:
-            now = time.monotonic()
-            with self._lock:
-                kill_at = self._kill_at
-            if give_up_at is not None and now >= give_up_at and (record is not None or self._swept is not None):
-                break  # the tree is dead; what still holds the output left it and is not waited for
-            if self._parent_action is None and now >= self.deadline:
-                self.kill(Status.TIMED_OUT)
-                continue
-            if kill_at is not None and now >= kill_at:
-                if give_up_at is None:
-                    self._control("kill")
-                    give_up_at = now + KILL_GRACE
-                elif now >= give_up_at:
-                    self._force_kill()
-                    break
-            timeout = min(t for t in (self.deadline, kill_at, give_up_at) if t is not None) - now
-            for key, _ in sel.select(max(0.0, min(timeout, 1.0))):
-                name = key.data
-                if name == "wake":
-                    os.read(self._wake_r, 4096)
-                    continue
-                if name == "stdin":
-                    if not self._write_stdin(key.fd):
-                        sel.unregister(key.fd)
-                        self._close_stdin()
-                        open_count -= 1
-                    continue
-                data = self._read(key.fd)
-                if name in ("stdout", "stderr"):
-                    self._on_output(name, data)
-                elif name == "status":
-                    status_buf += data
-                    while b"\n" in status_buf:
-                        line, _, rest = status_buf.partition(b"\n")
-                        status_buf[:] = rest
-                        record, exec_error = self._on_status(bytes(line), record, exec_error)
-                    if record is not None and data:
-                        # The exit record is the launcher's last word: its own exit is not
-                        # waited for (a fork server's supervisor unmaps a large address space).
-                        sel.unregister(key.fd)
-                        open_count -= 1
-                        continue
-                elif name == "channel":
-                    self._on_channel(data, channel_buf)
-                if not data:
-                    sel.unregister(key.fd)
-                    open_count -= 1
-                if not data and name == "status" and record is None and self._swept is None:
-                    # The supervisor is gone without its report: nobody kills the tree but us.
-                    self._sweep()
-                    give_up_at = time.monotonic() + KILL_GRACE
-            if record is not None and give_up_at is None:
-                # The launcher has reported and killed what was left; output
-                # still held by something outside its tree is not waited for.
-                give_up_at = time.monotonic() + KILL_GRACE
-        sel.close()
-        for stream in self._streams.values():
-            stream.feed(b"", final=True)
-        return record, exec_error
-
-    @staticmethod
-    def _read(fd: int) -> bytes:
-        try:
-            return os.read(fd, READ_SIZE)
-        except OSError:
-            return b""
-
-    def _write_stdin(self, fd: int) -> bool:
-        if not self._stdin_pending:
-            return False
-        try:
-            written = os.write(fd, self._stdin_pending[:READ_SIZE])
-        except BlockingIOError:
-            return True
-        except OSError:
-            return False
-        self._stdin_pending = self._stdin_pending[written:]
-        return bool(self._stdin_pending)
-
-    def _close_stdin(self) -> None:
-        if self.proc.stdin is not None:
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
-
-    def _on_output(self, name: str, data: bytes) -> None:
-        if not data:
-            return
-        room = self.limits.output - self._kept
-        if len(data) > room:
-            # One byte past the limit stops the run; what is past it is
-            # drained and dropped while the tree is killed.
-            data = data[: max(room, 0)]
-            if not self.truncated:
-                self.truncated = True
-                self.kill(Status.OUTPUT_LIMIT)
-        if data:
-            self._kept += len(data)
-            self._streams[name].feed(data)
-
-    def _on_status(self, line: bytes, record: dict[str, Any] | None, exec_error: str | None):  # type: ignore[no-untyped-def]
-        try:
-            message = json.loads(line)
-        except ValueError:
-            return record, exec_error
-        event = message.get("event")
-        if event == "note":
-            self._notes.append(str(message.get("text")))
-            if str(message.get("text")).startswith("subreaper"):
-                self._isolation.remove("subreaper")
-            if str(message.get("text")).startswith("landlock:") and "landlock" in self._isolation:
-                self._isolation.remove("landlock")
-            if str(message.get("text")).startswith("signal-scope:") and "signal-scope" in self._isolation:
-                self._isolation.remove("signal-scope")
-        elif event == "command" and isinstance(message.get("pid"), int):
-            self._command_pid = message["pid"]
-        elif event == "exec_error":
-            exec_error = str(message.get("text"))
-        elif event == "exit":
-            record = message
-        return record, exec_error
-
-    def _on_channel(self, data: bytes, buf: bytearray) -> None:
-        self._channel_total += len(data)
-        if self._channel_total > CHANNEL_TOTAL_MAX:
-            self.truncated = True
-            self.kill(Status.OUTPUT_LIMIT)
-            return
-        buf += data
-        while b"\n" in buf:
-            line, _, rest = buf.partition(b"\n")
-            buf[:] = rest
-            if self._on_message is None or not line.strip():
-                continue
-            try:
-                message = json.loads(line)
-            except ValueError:
-                continue  # not ours to guess at; the child's runner speaks JSON lines only
-            self._on_message(message)
-        if len(buf) > CHANNEL_LINE_MAX:
-            buf.clear()
-            self.truncated = True
-            self.kill(Status.OUTPUT_LIMIT)
-
     def _sweep(self) -> None:
         """Kill what is left of a run whose supervisor ended without its exit record.
 
@@ -872,7 +567,10 @@ class Run:
                 record["exit_code"] = os.WEXITSTATUS(wait_status)
         signum = record.get("signal")
         peak = int(record.get("peak_kib", 0)) * 1024
-        reservation = self._reservation(stderr)
+        refused = self._cgroup.refused() if self._cgroup is not None else self._pids_refused
+        reservation = failed_reservation(stderr, self.limits, refused)
+        if refused and reservation is None and "can't start new thread" in stderr[-4096:]:
+            self._notes.append(f"processes: the run reached its limit of {self.limits.processes} processes and threads")
         oom_killed = self._memory_cgroup is not None and self._memory_cgroup.oom_kills() > 0
         if oom_killed and self.limits.resident is not None:
             self._notes.append(
@@ -916,24 +614,6 @@ class Run:
             supervisor_lost=self._swept is not None,
             limits=self.limits.as_dict(),
         )
-
-    def _reservation(self, stderr: str) -> str | None:
-        """A failure to reserve memory under the memory limit that ``stderr`` reports, or ``None``.
-
-        A thread that cannot start is put down to the processes limit instead
-        when the run's pids cgroup counted a refused fork (``pids.events``,
-        cgroup-v1/pids.rst).
-        """
-        phrase = failed_reservation(stderr) if self.limits.memory else None
-        if phrase != "can't start new thread":
-            return phrase
-        refused = self._cgroup.refused() if self._cgroup is not None else self._pids_refused
-        if refused is None:
-            return f"{phrase}, or the processes limit: RLIMIT_NPROC refuses a thread the same way"
-        if refused:
-            self._notes.append(f"processes: the run reached its limit of {self.limits.processes} processes and threads")
-            return None
-        return phrase
 
     def _cleanup(self) -> None:
         for name in ("_control_w", "_status_r", "_wake_r", "_wake_w", "_channel_r", "_reply_w"):
@@ -1019,19 +699,6 @@ def _run_processes(session: int, group: int | None, cgroup: set[int]) -> set[int
         found |= more
         grew = bool(more)
     return found & set(parents)
-
-
-def _writable_by(path: str, uid: int, groups: Sequence[int]) -> bool:
-    """Whether ``uid`` (with ``groups``) may create files in the directory ``path``, by its mode bits."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return False
-    if info.st_uid == uid:
-        return bool(info.st_mode & 0o300 == 0o300)
-    if info.st_gid in groups:
-        return bool(info.st_mode & 0o030 == 0o030)
-    return bool(info.st_mode & 0o003 == 0o003)
 
 
 def start(
