@@ -85,14 +85,14 @@ def execute(
     code: str,
     *,
     allow_stdin: bool = False,
-    answer: Callable[[dict[str, Any]], str] | None = None,
+    answer: Callable[[dict[str, Any]], str | None] | None = None,
     during: Callable[[dict[str, Any]], None] | None = None,
     timeout: float = TIMEOUT,
     **options: Any,
 ) -> Result:
     """Run ``code``; collect iopub messages until the kernel is idle again, and the reply.
 
-    ``answer`` replies to input requests (``allow_stdin`` is then on); ``during``
+    ``answer`` replies to input requests (``allow_stdin`` is then on; ``None``: no reply); ``during``
     sees each iopub message as it arrives (to interrupt a running cell, say).
     """
     msg_id = kc.execute(code, allow_stdin=allow_stdin or answer is not None, **options)
@@ -103,7 +103,9 @@ def execute(
         if answer is not None:
             try:
                 request = kc.get_stdin_msg(timeout=0.01)
-                kc.input(answer(request["content"]))
+                value = answer(request["content"])
+                if value is not None:
+                    kc.input(value)
             except Empty:
                 pass
         try:

@@ -112,11 +112,30 @@ HELP_PLOTS_ERRORS: list[Cell] = [
     ("def f(x):\n    return x * 2\nf?", [], None),
 ]
 
+BROKEN_REPR = "class Point:\n    def __init__(self, x):\n        self.x = x\n    def __repr__(self):\n"
+HTML_RAISES = "class Table:\n    def _repr_html_(self):\n        raise ValueError('no html')\n    def __repr__(self):\n"
+
+DISPLAYS_AND_KERNEL_MAGICS: list[Cell] = [
+    (BROKEN_REPR + "        return f'Point({self.y})'\nPoint(1)", ERR, None),
+    (HTML_RAISES + "        return 'Table()'\nTable()", ERR, None),
+    ('display(Table())\nprint("after the display")', [], None),
+    ("%matplotlib inline\nimport matplotlib.pyplot as plt\nplt.plot([1, 2, 3]); 1 / 0", ERR, None),
+    ("x = 1\n%store x", [], None),
+    ("del x\n%store -r x\nx", [], None),
+    ("%autosave 0", [], None),
+    ("%clear", [], None),
+    ("%less data.csv", [], None),
+    ("%matplotlib notebook", ERR, "%matplotlib notebook"),
+    ("%%script cellbox-no-such-program\nprint(1)", [], "PATH"),
+    ("%subshell", ERR, "%subshell"),
+]
+
 NOTEBOOKS = {
     "plain_python": PLAIN_PYTHON,
     "magics": MAGICS,
     "shell": SHELL,
     "help_plots_errors": HELP_PLOTS_ERRORS,
+    "displays_and_kernel_magics": DISPLAYS_AND_KERNEL_MAGICS,
 }
 
 _TIME = re.compile(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?\s*(?:ns|µs|μs|us|ms|s)\b")
@@ -171,6 +190,8 @@ def test_notebook_outputs_match_ipykernel(name: str, tmp_path: Path, monkeypatch
     # ipykernel's cells see the PATH of whoever started Jupyter: as someone who activated this
     # environment, its bin first (cellbox puts it first for every cell).
     monkeypatch.setenv("PATH", os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+    # ipykernel's %store writes under IPython's directory: a fresh one, not the user's ~/.ipython.
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
     cells = NOTEBOOKS[name]
     theirs = _run(cells, "python3", tmp_path / "python3" / name)
     ours = _run(cells, "cellbox", tmp_path / "cellbox" / name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import uuid
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 
+from cellbox.kernel.cellshell import STORE_DIR, interactive_plots_refusal
 from cellbox.kernel.magics import LIMITS_HELP, NEEDS_LONG_LIVED_PROCESS
 from kernelkit import execute, plain, running_kernel, survivors
 
@@ -104,7 +106,7 @@ def test_traceback_into_a_function_from_an_earlier_cell_shows_its_source(kc: Blo
 
 
 def test_magics_that_need_a_long_lived_process_say_why(kc: BlockingKernelClient) -> None:
-    for name in ("debug", "pdb"):
+    for name in ("debug", "pdb", "subshell"):
         result = execute(kc, f"%{name}")
         assert result.status == "error"
         assert result.stream("stderr") == f"UsageError: {NEEDS_LONG_LIVED_PROCESS[name]}\n"
@@ -169,3 +171,48 @@ def test_shell_escape_and_pip_work_with_isolation_on(tmp_path: Path) -> None:
         pip = execute(kc, "%pip --version")
         assert pip.status == "ok", pip.traceback
         assert pip.stream().startswith("pip ")
+
+
+# --------------------------------------------------------------------------- ipykernel's own magics
+
+
+def _magic_names(kc: BlockingKernelClient) -> dict[str, set[str]]:
+    code = "print({kind: sorted(names) for kind, names in get_ipython().magics_manager.lsmagic().items()})"
+    return {kind: set(names) for kind, names in eval(execute(kc, code).stream()).items()}  # noqa: S307 - our own output
+
+
+def test_every_magic_of_ipykernel_is_there() -> None:
+    with running_kernel("python3") as (_km, theirs):
+        expected = _magic_names(theirs)
+    with running_kernel("cellbox") as (_km, ours):
+        got = _magic_names(ours)
+    assert {"autosave", "clear", "less", "more", "man", "store", "subshell"} <= expected["line"]
+    assert expected["line"] - got["line"] == set()
+    assert expected["cell"] - got["cell"] == set()
+    assert got["line"] - expected["line"] == {"limits"}
+
+
+def test_store_keeps_a_value_in_the_notebook_folder_across_a_restart(tmp_path: Path) -> None:
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (km, kc):
+        assert execute(kc, "x = 1\n%store x").stream() == "Stored 'x' (int)\n"
+        km.restart_kernel(now=False)
+        kc.wait_for_ready(timeout=60)
+        assert execute(kc, "%store -r x\nprint(x + 1)").stream() == "2\n"
+    assert (tmp_path / STORE_DIR / "autorestore" / "x").is_file()
+
+
+def test_matplotlib_notebook_is_refused_in_plain_words_and_changes_nothing(kc: BlockingKernelClient) -> None:
+    result = execute(kc, "%matplotlib notebook")
+    assert result.stream("stderr") == f"UsageError: {interactive_plots_refusal('notebook')}\n"
+    assert "gui" not in result.stream("stderr")
+    plotted = execute(kc, "import matplotlib.pyplot as plt\nplt.plot([1, 2]);")
+    assert [sorted(c["data"]) for c in plotted.of("display_data")] == [["image/png", "text/plain"]]
+
+
+def test_script_with_a_missing_program_names_the_path_it_searched(kc: BlockingKernelClient) -> None:
+    path = execute(kc, "import os\nprint(os.environ['PATH'])").stream().strip()
+    assert path.split(os.pathsep)[0] == os.path.dirname(sys.executable)
+    result = execute(kc, "%%script cellbox-no-such-program --flag\nprint(1)")
+    assert result.stream() == f"Couldn't find program: 'cellbox-no-such-program' on the cell's PATH ({path})\n"
+    assert execute(kc, "%%script python3\nprint(6 * 7)").stream() == "42\n"
+    assert execute(kc, "%%bash\necho still here").stream() == "still here\n"

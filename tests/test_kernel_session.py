@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from queue import Empty
 from typing import Any
 
 import pytest
@@ -169,6 +170,63 @@ def test_interrupt_while_waiting_for_input(tmp_path: Path) -> None:
         result = execute(kc, "input('? ')", answer=answer)
         assert asked.is_set()
         assert result.content["ename"] == "KeyboardInterrupt"
+        assert execute(kc, "print('alive')").stream() == "alive\n"
+
+
+def _input_requests_sent_after_the_reply(kc: BlockingKernelClient, msg_id: str) -> list[dict[str, Any]]:
+    """The input requests of cell ``msg_id`` the kernel sent after its reply (by the kernel's own clock).
+
+    The stdin and shell channels are separate sockets, so a request sent just
+    before the reply may be read just after it; the kernel's timestamps say
+    which came first.
+    """
+    reply = kc.get_shell_msg(timeout=60)
+    while reply["parent_header"].get("msg_id") != msg_id:
+        reply = kc.get_shell_msg(timeout=60)
+    requests: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline:
+        try:
+            requests.append(kc.get_stdin_msg(timeout=0.05))
+        except Empty:
+            pass
+    return [r for r in requests if r["header"]["date"] > reply["header"]["date"]]
+
+
+@pytest.mark.slow
+def test_interrupting_input_gives_one_keyboard_interrupt_and_no_box_after_the_reply(tmp_path: Path) -> None:
+    # The interrupt lands at different moments: as the frontend is asked, or while the cell is still
+    # sending its request. Each must end the same way, as under ipykernel.
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (km, kc):
+        for attempt in range(8):
+            delay = (0.0, 0.005, 0.02, None)[attempt % 4]
+
+            def answer(request: dict[str, Any], delay: float | None = delay) -> None:
+                if delay is None:  # left unanswered, as by a student who presses the interrupt button
+                    km.interrupt_kernel()
+
+            def during(msg: dict[str, Any], delay: float | None = delay) -> None:
+                if delay is not None and msg["msg_type"] == "stream" and "asking" in msg["content"]["text"]:
+                    threading.Timer(delay, km.interrupt_kernel).start()
+
+            result = execute(kc, "print('asking')\nx = input('? ')", answer=answer, during=during)
+            errors = [(e["ename"], e["evalue"]) for e in result.errors]
+            assert errors == [("KeyboardInterrupt", "Interrupted by user")], attempt
+            assert "----> 2 x = input('? ')" in result.traceback
+            assert result.stream("stderr") == ""
+            assert result.metadata["cellbox"]["status"] == "interrupted"
+            with pytest.raises(Empty):  # no input box left open after the reply
+                kc.get_stdin_msg(timeout=0.3)
+        assert execute(kc, "print('alive')").stream() == "alive\n"
+
+
+def test_an_input_request_never_reaches_the_frontend_after_its_cells_reply(tmp_path: Path) -> None:
+    # A thread asks while the cell ends: the request goes out before the reply or not at all.
+    code = "import threading, time\nthreading.Thread(target=input, args=('late? ',), daemon=True).start()\n"
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (_km, kc):
+        for pause in ("", "time.sleep(0.001)", "time.sleep(0.01)", "time.sleep(0.05)") * 2:
+            msg_id = kc.execute(code + pause, allow_stdin=True)
+            assert _input_requests_sent_after_the_reply(kc, msg_id) == []
         assert execute(kc, "print('alive')").stream() == "alive\n"
 
 

@@ -38,6 +38,7 @@ import importlib.util
 import io
 import json
 import os
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -62,8 +63,15 @@ class Channel:
                 stream.flush()
             except (OSError, ValueError):
                 pass
-        self._out.write((json.dumps(message, default=repr) + "\n").encode())
-        self._out.flush()
+        line = (json.dumps(message, default=repr) + "\n").encode()
+        # SIGINT waits until the line is out: a KeyboardInterrupt in the middle would leave half a line,
+        # and the kernel drops a line that is not JSON, with the next message (the cell's error) joined to it.
+        masked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self._out.write(line)
+            self._out.flush()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, masked)
 
     def receive(self) -> dict[str, Any]:
         """Read one reply line (blocks); an empty dict when the kernel closed the channel."""
@@ -167,14 +175,13 @@ def _install_stdin(channel: Channel, allow_stdin: bool) -> None:
         if not allow_stdin:
             what = "getpass" if password else "raw_input"
             raise StdinNotImplementedError(f"{what} was called, but this frontend does not support input requests.")
-        channel.send({"type": "input_request", "prompt": str(prompt), "password": password})
         try:
+            channel.send({"type": "input_request", "prompt": str(prompt), "password": password})
             reply = channel.receive()
         except KeyboardInterrupt:
-            # SIGINT while waiting for the answer: the same words as ipykernel's.
+            # SIGINT while asking or waiting, the same words as ipykernel's. The kernel never answers an
+            # interrupted request: the signal alone ends it, so one interrupt is one KeyboardInterrupt.
             raise KeyboardInterrupt("Interrupted by user") from None
-        if reply.get("interrupted"):
-            raise KeyboardInterrupt("Interrupted by user")
         if "error" in reply:
             raise StdinNotImplementedError(str(reply["error"]))
         if reply.get("eof") or "value" not in reply:
@@ -324,7 +331,7 @@ def _forget_dead_threads(shell: Any) -> None:
     of their own, made once: in a later cell that thread is gone, so the loop
     is dropped and the magic makes a new one.
     """
-    script = shell.magics_manager.registry.get("ScriptMagics")
+    script = shell.magics_manager.registry.get("CellScriptMagics")
     if script is None or getattr(script, "event_loop", None) is None:
         return
     finalizer = getattr(script, "_event_loop_finalizer", None)
@@ -367,6 +374,8 @@ def run(spec: dict[str, Any]) -> int:
         # Before the cell runs: a cell may change the transformers (or send its own message;
         # the kernel keeps the first).
         channel.send({"type": "transformed", "source": _transformed(shell, spec["code"])})
+    shell.displayhook_error = None
+    shell.displayhook.active = False
     result = shell.run_cell(spec["code"], store_history=store, silent=silent)
     payload = shell.payload_manager.read_payload()
     shell.payload_manager.clear_payload()  # the shell lives on: as ipykernel, each reply has its cell's own
@@ -378,6 +387,10 @@ def run(spec: dict[str, Any]) -> int:
             channel.send({"type": "memory_error"})
         # The reply's ename/evalue, also for errors IPython only prints (a UsageError).
         channel.send({"type": "failed", "ename": type(error).__name__, "evalue": str(error)})
+        return 1
+    if shell.displayhook_error is not None:
+        ename, evalue = shell.displayhook_error
+        channel.send({"type": "failed", "ename": ename, "evalue": evalue})
         return 1
     if spec.get("user_expressions"):
         values = shell.user_expressions(spec["user_expressions"])

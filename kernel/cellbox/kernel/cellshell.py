@@ -16,14 +16,19 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import shutil
 import tempfile
 from typing import Any, Protocol
 
+from IPython.core import magic_arguments
 from IPython.core.compilerop import CachingCompiler
 from IPython.core.displayhook import DisplayHook
 from IPython.core.displaypub import DisplayPublisher
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
+from IPython.core.magic import cell_magic, magics_class
+from IPython.core.magics.script import ScriptMagics, script_args
+from IPython.utils.process import arg_split
 from traitlets import Any as AnyTrait
 from traitlets import Type
 from traitlets.config import Config
@@ -70,9 +75,12 @@ class ChannelDisplayHook(DisplayHook):
     """The value of a cell's last expression: one ``execute_result`` message."""
 
     _bundle: dict[str, Any] = {}
+    # True while the last value is formatted: a traceback shown then fails the cell (as ipykernel's does).
+    active = False
 
     def start_displayhook(self) -> None:
         self._bundle = {}
+        self.active = True
 
     def write_output_prompt(self) -> None:
         pass  # no "Out[n]:" on stdout; the frontend shows the prompt
@@ -85,6 +93,7 @@ class ChannelDisplayHook(DisplayHook):
             message = {"type": "execute_result", "execution_count": self.prompt_count, **self._bundle}
             self.shell.channel.send(message)  # type: ignore[union-attr]
         self._bundle = {}
+        self.active = False
 
 
 class CellCompiler(CachingCompiler):
@@ -136,13 +145,25 @@ class CellShell(InteractiveShell):
         etype, evalue, tb = super()._get_exc_info(exc_tuple)
         return etype, evalue, _without_trailing_cellbox_frames(tb)
 
+    # (ename, evalue) of an exception raised while the cell's last value was formatted (a broken __repr__),
+    # which IPython shows and swallows; ipykernel's reply is then an error, and so is the runner's.
+    displayhook_error: tuple[str, str] | None = None
+
     def _showtraceback(self, etype, evalue, stb):  # type: ignore[no-untyped-def]
+        if getattr(self.displayhook, "active", False):
+            self.displayhook_error = (etype.__name__, str(evalue))
         self.channel.send({"type": "error", "ename": etype.__name__, "evalue": str(evalue), "traceback": list(stb)})
 
     def ask_exit(self) -> None:
         # As ipykernel: the frontend decides what exit() means (JupyterLab shuts the kernel down).
         assert self.payload_manager is not None
         self.payload_manager.write_payload({"source": "ask_exit", "keepkernel": False})
+
+    def init_environment(self) -> None:
+        """The variables ipykernel's shell sets for programs a cell starts (TERM, PAGER=cat, colours)."""
+        from ipykernel.zmqshell import ZMQInteractiveShell
+
+        ZMQInteractiveShell.init_environment(self)  # type: ignore[arg-type]
 
     def init_virtualenv(self) -> None:
         pass  # the kernel's interpreter is the cells' interpreter; no virtualenv guessing
@@ -151,10 +172,89 @@ class CellShell(InteractiveShell):
         if gui not in (None, "inline"):
             raise UsageError(f"%gui {gui} needs a kernel process that lives between cells; cellbox shows plots inline")
 
+    def enable_matplotlib(self, gui=None):  # type: ignore[no-untyped-def]
+        """``%matplotlib NAME``: as IPython's, but an interactive backend is refused before anything changes."""
+        from IPython.core import pylabtools
+
+        try:
+            loop, _backend = pylabtools.find_gui_and_backend(gui, self.pylab_gui_select)
+        except (RuntimeError, ValueError):
+            loop = None  # an unknown name: IPython's own error, below
+        if loop is not None:
+            raise UsageError(interactive_plots_refusal(str(gui)))
+        return super().enable_matplotlib(gui)
+
+    def init_magics(self) -> None:
+        """IPython's magics, ipykernel's (``%autosave``, ``%less``...), and a ``%%script`` that names the PATH."""
+        super().init_magics()
+        from ipykernel.zmqshell import KernelMagics
+
+        # ipykernel's own shell does these two steps (ZMQInteractiveShell.init_magics).
+        self.register_magics(KernelMagics)
+        self.magics_manager.register_alias("ed", "edit")
+        self.magics_manager.registry.pop(ScriptMagics.__name__, None)
+        self.register_magics(CellScriptMagics)
+
+    @property
+    def db(self) -> Any:  # type: ignore[override]
+        """``%store``'s database, in the notebook folder's ``.ipython/profile_default/db``; see :data:`STORE_DIR`."""
+        if self._db is None:
+            from IPython.external.pickleshare import PickleShareDB
+
+            self._db = PickleShareDB(os.path.join(self.starting_dir, STORE_DIR))  # type: ignore[assignment]
+        return self._db
+
+    @db.setter
+    def db(self, value: Any) -> None:
+        self._db = value
+
+
+# Where %store keeps its values, under the notebook folder (the cells' first working directory).
+# ipykernel keeps them in ~/.ipython/profile_default/db; a cell cannot see the user's home, and its own
+# HOME goes with the session, so the notebook folder is the one place they outlive a restart.
+STORE_DIR = os.path.join(".ipython", "profile_default", "db")
+
+
+def interactive_plots_refusal(name: str) -> str:
+    """The sentence ``%matplotlib NAME`` gives for a backend that needs a live kernel process (notebook, qt...)."""
+    return (
+        f"%matplotlib {name} makes figures you can zoom and pan, which need one kernel process that stays alive "
+        "between cells; cellbox runs every cell in a new process, so it shows figures as images: use "
+        "%matplotlib inline"
+    )
+
+
+@magics_class
+class CellScriptMagics(ScriptMagics):
+    """IPython's ``%%script`` (and ``%%bash``, ``%%perl``...), saying which PATH a missing program was looked for on."""
+
+    @magic_arguments.magic_arguments()
+    @script_args
+    @cell_magic("script")  # type: ignore[arg-type]
+    def shebang(self, line: str, cell: str) -> Any:
+        """Run a cell via a shell command, as IPython's ``%%script`` (see ``ScriptMagics.shebang``)."""
+        argv = arg_split(line, posix=True)
+        _args, command = self.shebang.parser.parse_known_args(argv)
+        if command and shutil.which(command[0]) is None:
+            # IPython's words, then where a cell looks: its PATH is the session's, not the user's shell's.
+            print(f"Couldn't find program: {command[0]!r} on the cell's PATH ({os.environ.get('PATH', '')})")
+            return None
+        return super().shebang(line, cell)
+
+
+# The rest of IPython's script magics (%killbgscripts), beside the %%script above.
+CellScriptMagics.magics = {
+    kind: {**ScriptMagics.magics[kind], **CellScriptMagics.magics[kind]} for kind in ScriptMagics.magics
+}
+
 
 def make_shell(channel: Sender, user_ns: dict[str, Any]) -> CellShell:
     """The cell's shell, sending to ``channel``, running in ``user_ns``; history stays in memory."""
     config = Config()
     config.HistoryManager.hist_file = ":memory:"
     config.InteractiveShell.display_page = False
-    return CellShell.instance(config=config, user_ns=user_ns, channel=channel)
+    shell = CellShell.instance(config=config, user_ns=user_ns, channel=channel)
+    # IPython's default extension (InteractiveShellApp.default_extensions), which ipykernel's app loads: %store.
+    assert shell.extension_manager is not None
+    shell.extension_manager.load_extension("storemagic")
+    return shell

@@ -88,6 +88,10 @@ DISCARDED = (
 )
 # Statuses whose cell finished in its own process: its snapshot is the next cell's state.
 KEPT_STATUSES = (Status.OK, Status.ERROR, Status.MEMORY_LIMIT, Status.INTERRUPTED)
+# Errors of the child held back until the cell ends, where a limit's error may replace them
+# (MemoryError by CellMemoryLimitError, a KeyboardInterrupt by the kill after the grace); every other
+# error goes out when the child sends it, in its place among the outputs, as under ipykernel.
+HELD_ERRORS = ("MemoryError", "KeyboardInterrupt")
 # History replies name one session: this kernel process's.
 SESSION_NUMBER = 1
 
@@ -234,7 +238,7 @@ class CellboxKernel(Kernel):
         self._warned: set[str] = set()
         self._outputs: dict[int, str] = {}  # execution count -> text/plain of its result, for history
         self._running: Run | None = None
-        self._input_cancel = threading.Event()
+        self._input_gate = InputGate()
         self._last_outcome: dict[str, Any] | None = None
         self._session_lost: str | None = None
         atexit.register(self.task.remove)
@@ -393,12 +397,12 @@ class CellboxKernel(Kernel):
             return self._publish_error("SandboxError", str(exc), [f"SandboxError: {exc}"])
         cell.run = run
         self._running = run
-        self._input_cancel = cell.input_cancel
+        self._input_gate = cell.input_gate
         try:
             outcome = await asyncio.to_thread(run.wait)
         finally:
             self._running = None
-            cell.input_cancel.set()
+            cell.input_gate.close()
             spec_path.unlink(missing_ok=True)
         await asyncio.sleep(0)  # let the last forwarded messages go out first
         cell.flush()
@@ -529,6 +533,9 @@ class CellboxKernel(Kernel):
             reason = exit_reason(outcome)
             return self._publish_error("CellExitedError", reason, [f"CellExitedError: {reason}", DISCARDED])
         if outcome.status is Status.OK:
+            for error in cell.errors:  # one the cell showed and carried on after (a MemoryError caught)
+                if not error.pop("published", False):
+                    self.send_response(self.iopub_socket, "error", error)
             self._good_sources.append(code)
             return {
                 "status": "ok",
@@ -540,7 +547,8 @@ class CellboxKernel(Kernel):
         last = cell.errors[-1] if cell.errors else None
         if named is None and (cell.errors or cell.failed):
             for error in cell.errors:
-                self.send_response(self.iopub_socket, "error", error)
+                if not error.pop("published", False):
+                    self.send_response(self.iopub_socket, "error", error)
             reply = dict(last or {"traceback": []})
             reply.update(cell.failed or {})
             return self._error_reply(reply, cell.payload)
@@ -550,7 +558,8 @@ class CellboxKernel(Kernel):
         kept = [DISCARDED] if cell.discarded else []
         if ename == "KeyboardInterrupt" and last and last["ename"] == "KeyboardInterrupt":
             return self._publish_error(last["ename"], last["evalue"], [*last["traceback"], *kept])
-        traceback = list(last["traceback"]) if last else []
+        # The limit's line ends the last error's traceback, unless that error is already out.
+        traceback = list(last["traceback"]) if last and not last.get("published") else []
         return self._publish_error(ename, evalue, [*traceback, f"{ename}: {evalue}", *kept])
 
     def _warn_once(self, items: dict[str, str], template: str) -> None:
@@ -606,7 +615,8 @@ class CellboxKernel(Kernel):
         run = self._running
         if run is not None:
             run.interrupt(grace=self.interrupt_grace)
-        self._input_cancel.set()
+        # Not gate.close(): this may run in a signal handler, which must not wait for the gate's lock.
+        self._input_gate.closed.set()
 
     async def interrupt_request(self, stream: Any, ident: Any, parent: Any) -> None:  # type: ignore[override]
         """Message-mode interrupt: interrupt the cell directly (the kernel process keeps running)."""
@@ -614,11 +624,12 @@ class CellboxKernel(Kernel):
         if self.session:
             self.session.send(stream, "interrupt_reply", {"status": "ok"}, parent, ident=ident)
 
-    def ask_frontend(self, prompt: str, password: bool, ident: Any, parent: Any, cancel: threading.Event) -> Any:
+    def ask_frontend(self, prompt: str, password: bool, ident: Any, parent: Any, gate: InputGate) -> Any:
         """Send an ``input_request`` on the stdin channel and wait for the reply (worker thread).
 
-        Like ipykernel's ``Kernel._input_request``, but stops waiting when
-        ``cancel`` is set (the cell was interrupted or ended).
+        Like ipykernel's ``Kernel._input_request``, but sends nothing once
+        ``gate`` is closed, and stops waiting when it closes (the cell was
+        interrupted or ended).
 
         Returns:
             ``{"value": text}``, ``{"eof": True}`` or ``{"interrupted": True}``.
@@ -631,14 +642,22 @@ class CellboxKernel(Kernel):
                 self.stdin_socket.recv_multipart(zmq.NOBLOCK)
             except zmq.ZMQError:
                 break
-        self.session.send(self.stdin_socket, "input_request", {"prompt": prompt, "password": password}, parent, ident)
-        while not cancel.is_set():
+        with gate.lock:
+            if gate.closed.is_set():
+                return {"interrupted": True}
+            content = {"prompt": prompt, "password": password}
+            request = self.session.send(self.stdin_socket, "input_request", content, parent, ident)
+        asked = (request or {}).get("header", {}).get("msg_id")
+        while not gate.closed.is_set():
             readable, _, _ = zmq.select([self.stdin_socket], [], [], 0.05)
             if not readable:
                 continue
             _ident, reply = self.session.recv(self.stdin_socket)
             if reply is None:
                 continue
+            answered = reply.get("parent_header", {}).get("msg_id")
+            if answered and answered != asked:
+                continue  # the late answer to an earlier, interrupted request (JupyterLab names the request)
             value = str(reply["content"].get("value", ""))
             return {"eof": True} if value == "\x04" else {"value": value}
         return {"interrupted": True}
@@ -650,7 +669,7 @@ class CellboxKernel(Kernel):
         run = self._running
         if run is not None:
             run.kill()
-        self._input_cancel.set()
+        self._input_gate.close()
         if self._forkserver is not None:
             self._forkserver.close()
         self.task.remove()
@@ -707,6 +726,24 @@ class CellboxKernel(Kernel):
         return {"status": "ok", "history": entries}
 
 
+class InputGate:
+    """Whether a cell may still ask the frontend for input: closed at an interrupt and when the cell ends.
+
+    An ``input_request`` is sent under :attr:`lock`, and the end of a cell
+    closes the gate under it too, so no request reaches the frontend after the
+    cell's reply: its input box would stay open with no cell to answer it.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.closed = threading.Event()
+
+    def close(self) -> None:
+        """Close the gate; waits for a request being sent to be sent."""
+        with self.lock:
+            self.closed.set()
+
+
 class _Cell:
     """One running cell: forwards the child's output and messages to the frontend.
 
@@ -726,13 +763,13 @@ class _Cell:
         self.parent = kernel.get_parent("shell")
         self.ident = kernel._get_shell_context_var(kernel._shell_parent_ident)
         self.run: Run | None = None
-        self.errors: list[dict[str, Any]] = []  # published when the cell ends, unless a limit replaces them
+        self.errors: list[dict[str, Any]] = []  # the child's errors; see HELD_ERRORS for when each is published
         self.failed: dict[str, str] | None = None
         self.payload: list[Any] = []
         self.discarded = False  # stopped before it could leave its state: the next cell has the one before
         self.snapshot: dict[str, Any] = {}  # the session's word on the state it left, for the reply's metadata
         self.user_expressions: dict[str, Any] = {}
-        self.input_cancel = threading.Event()
+        self.input_gate = InputGate()
         self._pending: tuple[str, list[str]] | None = None
         self._flush_handle: asyncio.TimerHandle | None = None
 
@@ -799,13 +836,16 @@ class _Cell:
         elif kind == "clear_output":
             self.send("clear_output", {"wait": bool(message.get("wait"))})
         elif kind == "error":
-            self.errors.append(
-                {
-                    "ename": str(message.get("ename", "Error")),
-                    "evalue": str(message.get("evalue", "")),
-                    "traceback": [str(line) for line in message.get("traceback") or []],
-                }
-            )
+            error: dict[str, Any] = {
+                "ename": str(message.get("ename", "Error")),
+                "evalue": str(message.get("evalue", "")),
+                "traceback": [str(line) for line in message.get("traceback") or []],
+            }
+            if error["ename"] not in HELD_ERRORS:
+                # Sent now, in its place among the cell's outputs: a figure the cell's end shows comes after.
+                self.send("error", error)
+                error["published"] = True
+            self.errors.append(error)
         elif kind == "failed":
             self.failed = {"ename": str(message.get("ename", "Error")), "evalue": str(message.get("evalue", ""))}
         elif kind == "input_request":
@@ -826,9 +866,12 @@ class _Cell:
             self.run.send({"error": "this frontend does not support input requests"})
             return
         reply = await asyncio.to_thread(
-            self.kernel.ask_frontend, prompt, password, self.ident, self.parent, self.input_cancel
+            self.kernel.ask_frontend, prompt, password, self.ident, self.parent, self.input_gate
         )
-        self.run.send(reply)
+        if not reply.get("interrupted"):
+            # An interrupted request gets no answer: the SIGINT the cell gets ends its input() (a cell that
+            # ignores SIGINT is killed after the grace), so one interrupt is one KeyboardInterrupt.
+            self.run.send(reply)
 
 
 def _remove_stale_task_directories() -> None:

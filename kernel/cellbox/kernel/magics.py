@@ -41,6 +41,8 @@ NEEDS_LONG_LIVED_PROCESS = {
     "print the values you need in the failing cell instead",
     "qtconsole": "%qtconsole connects to a long-lived kernel process, and cellbox has none per session",
     "connect_info": "%connect_info describes a long-lived kernel process, and cellbox runs each cell in a new one",
+    "subshell": "%subshell lists the threads of a long-lived kernel process that run cells side by side, and "
+    "cellbox runs each cell in a new process, one at a time",
 }
 
 
