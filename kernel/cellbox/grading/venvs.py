@@ -119,12 +119,15 @@ class BaseLibrary:
 
 
 def readable_by_all(root: Path) -> None:
-    """Folders 0755 and files 0644 below ``root``: every user may read the library, only its owner write it."""
+    """Folders 0755 and files 0644 below ``root``: every user may read the library, only its owner write it.
+
+    Symlinks are left as they are, never followed (os.chmod would change their target).
+    """
     for folder, dirs, files in os.walk(root):
-        for name in dirs:
-            os.chmod(os.path.join(folder, name), 0o755)
-        for name in files:
-            os.chmod(os.path.join(folder, name), 0o644)
+        for name in [*dirs, *files]:
+            path = os.path.join(folder, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o755 if name in dirs else 0o644)
     os.chmod(root, 0o755)
 
 

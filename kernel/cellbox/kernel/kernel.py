@@ -37,6 +37,7 @@ import json
 import os
 import platform
 import re
+import secrets
 import signal
 import sys
 import tempfile
@@ -379,10 +380,11 @@ class CellboxKernel(Kernel):
             self._transformed.append(None)
         await self._session_ready()
         cell = _Cell(self, limits, silent, allow_stdin, len(self._inputs) - 1 if store_history else None)
+        spec_file: _SpecFile | None = None
         try:
-            spec_path = self._write_spec(body, limits, silent, store_history, user_expressions or {}, allow_stdin)
+            spec_file = self._write_spec(body, limits, silent, store_history, user_expressions or {}, allow_stdin)
             run = start(
-                [sys.executable, "-m", CELL_RUNNER, str(spec_path)],
+                [sys.executable, "-m", CELL_RUNNER, str(spec_file.path)],
                 limits=limits,
                 task=self.task,
                 cwd=self.notebook_dir,
@@ -394,6 +396,8 @@ class CellboxKernel(Kernel):
                 forkserver=self._forkserver,
             )
         except (SandboxError, OSError) as exc:
+            if spec_file is not None:
+                spec_file.remove()
             return self._publish_error("SandboxError", str(exc), [f"SandboxError: {exc}"])
         cell.run = run
         self._running = run
@@ -403,7 +407,7 @@ class CellboxKernel(Kernel):
         finally:
             self._running = None
             cell.input_gate.close()
-            spec_path.unlink(missing_ok=True)
+            spec_file.remove()
         await asyncio.sleep(0)  # let the last forwarded messages go out first
         cell.flush()
         self._settle(cell, outcome)
@@ -493,7 +497,7 @@ class CellboxKernel(Kernel):
         store_history: bool,
         user_expressions: dict[str, str],
         allow_stdin: bool,
-    ) -> Path:
+    ) -> _SpecFile:
         spec = {
             "code": code,
             "execution_count": self.execution_count,
@@ -506,15 +510,10 @@ class CellboxKernel(Kernel):
             "limits": limits.as_dict(),
         }
         # A cell may have removed parts of the task directory: make them again.
-        for directory in (self.task.home, self.task.work, self.task.tmp):
+        for directory in (self.task.home, self.task.work):
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        # A new file (O_EXCL), never a path a cell could have made a symlink.
         # The spec goes in the task's tmp/, which the sandbox gives to the user cells run as.
-        fd, name = tempfile.mkstemp(prefix="cellbox-cell-", suffix=".json", dir=self.task.tmp)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            os.fchmod(fd, 0o644)  # readable by the cell's user; tmp/ itself is closed to others
-            json.dump(spec, f)
-        return Path(name)
+        return _SpecFile(self.task.tmp, spec)
 
     def _finish(self, cell: _Cell, outcome: Outcome, code: str) -> dict[str, Any]:
         """Publish the cell's error (if any) and build the reply.
@@ -872,6 +871,63 @@ class _Cell:
             # An interrupted request gets no answer: the SIGINT the cell gets ends its input() (a cell that
             # ignores SIGINT is killed after the grace), so one interrupt is one KeyboardInterrupt.
             self.run.send(reply)
+
+
+class _SpecFile:
+    """A cell's spec (JSON), written where its process reads it, through a descriptor of that folder.
+
+    The folder is the task's ``tmp/``, which cells may change: it is opened
+    with ``O_NOFOLLOW`` (a symlink a cell left there is removed and the folder
+    made again), and the file is created in it by that descriptor with
+    ``O_EXCL | O_NOFOLLOW`` and removed by it (open(2), openat(2)), so the
+    kernel never writes or unlinks outside the task directory whatever a cell
+    put in place of ``tmp/``, before or during its run.
+
+    Raises:
+        OSError: the folder cannot be made or opened.
+    """
+
+    def __init__(self, folder: Path, spec: dict[str, Any]) -> None:
+        self.folder = folder
+        self._dir = _open_folder(folder)
+        self.name = f"cellbox-cell-{secrets.token_hex(8)}.json"
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(self.name, flags, 0o644, dir_fd=self._dir)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                os.fchmod(fd, 0o644)  # readable by the cell's user; tmp/ itself is closed to others
+                json.dump(spec, f)
+        except BaseException:
+            self.remove()
+            raise
+
+    @property
+    def path(self) -> Path:
+        """Where the cell's process reads it."""
+        return self.folder / self.name
+
+    def remove(self) -> None:
+        """Unlink the spec from the folder it was written in (idempotent)."""
+        if self._dir < 0:
+            return
+        try:
+            os.unlink(self.name, dir_fd=self._dir)
+        except OSError:
+            pass
+        os.close(self._dir)
+        self._dir = -1
+
+
+def _open_folder(folder: Path) -> int:
+    """A descriptor of ``folder``, a real folder: a symlink or file in its place is removed and the folder made."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(folder, flags)
+    except OSError:
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            folder.unlink()  # the link itself, never its target
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return os.open(folder, flags)
 
 
 def _remove_stale_task_directories() -> None:

@@ -70,15 +70,18 @@ class TaskDirectory:
             os.chown(entry, uid, gid)
 
     def remove(self) -> None:
-        """Delete the task directory and everything in it (idempotent)."""
+        """Delete the task directory and everything in it (idempotent).
+
+        A run may have left folders it closed to its owner (mode 0): each is
+        opened up first.  Nothing it left is followed: a folder is changed
+        only through a descriptor opened with ``O_NOFOLLOW`` (open(2)), so a
+        symlink the run put in place of one never makes this process change
+        a folder outside the task, and :func:`shutil.rmtree` unlinks links
+        without following them.
+        """
         if not self.path.exists():
             return
-        for root, dirs, _files in os.walk(self.path):
-            for name in dirs:
-                try:
-                    os.chmod(os.path.join(root, name), 0o700)
-                except OSError:
-                    pass
+        open_up(self.path)
         shutil.rmtree(self.path, ignore_errors=True)
 
     def __enter__(self) -> TaskDirectory:
@@ -86,6 +89,28 @@ class TaskDirectory:
 
     def __exit__(self, *exc: object) -> None:
         self.remove()
+
+
+def open_up(root: str | os.PathLike[str]) -> None:
+    """Give the owner ``rwx`` on every folder below ``root``, without following a symlink anywhere.
+
+    Walks with :func:`os.fwalk` (which does not follow links) and changes each
+    folder through ``fchmod`` on a descriptor opened with ``O_NOFOLLOW |
+    O_DIRECTORY`` relative to its parent's descriptor: a link, or a folder
+    swapped for a link meanwhile, fails to open and is left alone.
+    """
+    for _folder, dirs, _files, parent in os.fwalk(root):
+        for name in dirs:
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+            except OSError:
+                continue  # a symlink, gone, or not ours to open
+            try:
+                os.fchmod(fd, 0o700)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
 
 
 def build_environment(
