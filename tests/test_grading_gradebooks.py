@@ -21,6 +21,7 @@ from cellbox.grading import evidence
 from cellbox.grading.gradebooks import (
     CANVAS_FIELDS,
     gradescope_results,
+    match_roster,
     read_roster,
     write_canvas,
     write_gradescope,
@@ -163,6 +164,39 @@ def test_canvas_roster_names_students_from_a_canvas_export(tmp_path: Path) -> No
     assert ada == ["Lovelace, Ada", "101", "S-1", "ADA", "Sec A", "100.00"]  # matched without case
     assert bob == ["", "", "", "bob", "", "50.00"]
     assert unmatched == ["bob"]
+
+
+def test_each_canvas_student_gets_one_row_whatever_the_submissions_are_called(tmp_path: Path) -> None:
+    roster = [
+        {"Student": "Lovelace, Ada", "ID": "101", "SIS User ID": "S-1", "SIS Login ID": "ada", "Section": "A"},
+        {"Student": "Brown, Bob", "ID": "102", "SIS User ID": "S-2", "SIS Login ID": "bob", "Section": "B"},
+        {"Student": "Cole, Cy", "ID": "103", "SIS User ID": "S-3", "SIS Login ID": "CY", "Section": "C"},
+    ]
+    ids = ["ada", "ADA", "102", "cy", "Cy", "s-2", "nobody"]
+    matched, unmatched = match_roster(ids, roster)
+    # The exact login wins over the same login in another case; Canvas' ID is the weakest match, so
+    # Bob's SIS User ID in another case keeps him; two equally good claims on Cy both lose him.
+    assert {key: value["Student"] for key, value in matched.items()} == {"ada": "Lovelace, Ada", "s-2": "Brown, Bob"}
+    assert unmatched == ["ADA", "102", "cy", "Cy", "nobody"]
+
+
+def test_a_grading_run_writes_one_canvas_row_per_student(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    subs, tests = tmp_path / "subs", tmp_path / "tests"
+    subs.mkdir()
+    tests.mkdir()
+    (subs / "ada.py").write_text("def add(a, b):\n    return a + b\n")
+    (subs / "ADA.py").write_text("def add(a, b):\n    return 0\n")
+    (tests / "test_add.py").write_text("import submission\n\n\ndef test_add():\n    assert submission.add(1, 2) == 3\n")
+    roster = tmp_path / "roster.csv"
+    roster.write_text(
+        'Student,ID,SIS User ID,SIS Login ID,Section,Lab (1)\nPoints Possible,,,,,100\n"Lovelace, Ada",101,S-1,ada,A,\n'
+    )
+    out = tmp_path / "out"
+    argv = ["grade", str(subs), "--tests", str(tests), "--out", str(out), "--format", "canvas"]
+    assert main([*argv, "--canvas-roster", str(roster)]) == 0
+    rows = (out / "canvas.csv").read_text().splitlines()[2:]
+    assert sorted(rows) == sorted(['"Lovelace, Ada",101,S-1,ada,A,100.00', ",,,ADA,,0.00"])
+    assert "not matched to one student of --canvas-roster" in capsys.readouterr().err
 
 
 def test_a_roster_that_is_not_a_canvas_export_is_one_line_and_exit_2(

@@ -120,7 +120,7 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     return 0
 
 
-def _formats(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, str]] | None]:
+def _formats(args: argparse.Namespace) -> tuple[list[str], list[dict[str, str]] | None]:
     """The ``--format`` names and the ``--canvas-roster`` read, checked before any grading."""
     from ..cli import UsageError
     from .gradebooks import FORMATS, RosterError, read_roster
@@ -143,7 +143,7 @@ def _write_gradebooks(
     grading: Any,
     results: list[Any],
     formats: list[str],
-    roster: dict[str, dict[str, str]] | None,
+    roster: list[dict[str, str]] | None,
 ) -> list[str]:
     """Write the ``--format`` files; return their names for the closing line."""
     from .gradebooks import write_canvas, write_gradescope
@@ -158,8 +158,9 @@ def _write_gradebooks(
         names.append(path.name)
         if unmatched:
             print(
-                f"cellbox grade: warning: {len(unmatched)} submission(s) not in --canvas-roster, written with "
-                f"the id as SIS Login ID: {', '.join(unmatched)}",
+                f"cellbox grade: warning: {len(unmatched)} submission(s) not matched to one student of "
+                f"--canvas-roster (no student, or a student another submission names as well or better), "
+                f"written with the id as SIS Login ID: {', '.join(unmatched)}",
                 file=sys.stderr,
             )
     return names

@@ -39,6 +39,7 @@ __all__ = [
     "gradescope_results",
     "write_gradescope",
     "read_roster",
+    "match_roster",
     "write_canvas",
 ]
 
@@ -108,11 +109,11 @@ def write_gradescope(out: Path, results: list[SubmissionResult]) -> list[Path]:
     return paths
 
 
-def read_roster(path: Path) -> dict[str, dict[str, str]]:
-    """Read a Canvas gradebook export: each student's identity columns, by every id that names them.
+def read_roster(path: Path) -> list[dict[str, str]]:
+    """Read a Canvas gradebook export: each student's identity columns (:data:`CANVAS_FIELDS`).
 
-    A submission id matches a student's ``SIS Login ID``, ``SIS User ID`` or
-    ``ID`` (compared without case).  The ``Points Possible`` row is skipped.
+    The ``Points Possible`` row is skipped; :func:`match_roster` pairs
+    submissions with students.
 
     Raises:
         RosterError: the file cannot be read or lacks the columns of :data:`CANVAS_FIELDS`.
@@ -126,19 +127,68 @@ def read_roster(path: Path) -> dict[str, dict[str, str]]:
     lacking = [name for name in CANVAS_FIELDS if name not in header]
     if lacking:
         raise RosterError(f"--canvas-roster {path}: not a Canvas gradebook export (no column {lacking[0]!r})")
-    roster: dict[str, dict[str, str]] = {}
-    for row in rows:
-        if (row.get("Student") or "").strip() == CANVAS_POINTS_ROW:
+    return [
+        {name: row.get(name) or "" for name in CANVAS_FIELDS}
+        for row in rows
+        if (row.get("Student") or "").strip() != CANVAS_POINTS_ROW
+    ]
+
+
+# How well a submission id names a student, best first: its SIS Login ID or SIS User ID as written, the same
+# without regard to case, then Canvas' own ID.
+_MATCHES = (
+    ("SIS Login ID", False),
+    ("SIS User ID", False),
+    ("SIS Login ID", True),
+    ("SIS User ID", True),
+    ("ID", False),
+)
+
+
+def _rank(submission: str, identity: dict[str, str]) -> int | None:
+    """The index in :data:`_MATCHES` of the best way ``submission`` names ``identity``, or ``None``."""
+    for rank, (key, folded) in enumerate(_MATCHES):
+        value = identity[key]
+        if value and (value.casefold() == submission.casefold() if folded else value == submission):
+            return rank
+    return None
+
+
+def match_roster(ids: list[str], roster: list[dict[str, str]]) -> tuple[dict[str, dict[str, str]], list[str]]:
+    """Pair submission ids with roster students: at most one submission per student, one student per submission.
+
+    Each submission takes the student it names best (:data:`_MATCHES`); when
+    several name one student, the best match keeps the student and the others
+    are unmatched; two equally good ones both are (which is the student's is
+    not for the grader to guess).  Returns ``({id: identity}, [unmatched ids])``.
+    """
+    claims: dict[int, list[tuple[int, str]]] = {}
+    unmatched = []
+    for submission in ids:
+        ranked = [
+            (rank, index) for index, identity in enumerate(roster) if (rank := _rank(submission, identity)) is not None
+        ]
+        if not ranked:
+            unmatched.append(submission)
             continue
-        identity = {name: row.get(name) or "" for name in CANVAS_FIELDS}
-        for key in ("ID", "SIS User ID", "SIS Login ID"):
-            if identity[key]:
-                roster.setdefault(identity[key].casefold(), identity)
-    return roster
+        best = min(rank for rank, _index in ranked)
+        students = [index for rank, index in ranked if rank == best]
+        if len(students) > 1:
+            unmatched.append(submission)  # names two students equally well
+            continue
+        claims.setdefault(students[0], []).append((best, submission))
+    matched = {}
+    for index, claimants in claims.items():
+        best = min(rank for rank, _submission in claimants)
+        winners = [submission for rank, submission in claimants if rank == best]
+        if len(winners) == 1:
+            matched[winners[0]] = roster[index]
+        unmatched += [submission for _rank_, submission in claimants if len(winners) > 1 or submission != winners[0]]
+    return matched, [submission for submission in ids if submission in unmatched]
 
 
 def write_canvas(
-    path: Path, results: list[SubmissionResult], assignment: str, roster: dict[str, dict[str, str]] | None = None
+    path: Path, results: list[SubmissionResult], assignment: str, roster: list[dict[str, str]] | None = None
 ) -> tuple[Path, list[str]]:
     """Write a Canvas gradebook import with one assignment column; return the path and the unmatched ids.
 
@@ -148,17 +198,17 @@ def write_canvas(
         assignment: the column's header, as Canvas exports it (``Lab 3 (1234)``);
             a name without an id makes Canvas create a new assignment.
         roster: from :func:`read_roster`; ``None`` puts each id in ``SIS Login ID``.
+            Each student gets at most one row (see :func:`match_roster`); a
+            submission without one gets its own row, its id in ``SIS Login ID``.
     """
-    unmatched = []
+    matched, unmatched = match_roster([result.id for result in results], roster or [])
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow([*CANVAS_FIELDS, csv_cell(assignment)])
         writer.writerow([CANVAS_POINTS_ROW, "", "", "", "", f"{CANVAS_POINTS:.2f}"])
         for result in results:
-            identity = (roster or {}).get(result.id.casefold())
+            identity = matched.get(result.id)
             if identity is None:
-                if roster is not None:
-                    unmatched.append(result.id)
                 identity = {**dict.fromkeys(CANVAS_FIELDS, ""), "SIS Login ID": result.id}
             writer.writerow([csv_cell(identity[name]) for name in CANVAS_FIELDS] + [f"{result.score:.2f}"])
-    return path, unmatched
+    return path, unmatched if roster is not None else []
