@@ -439,6 +439,12 @@ class Mistake:
         return f"lesson{self.lesson:02d}-{self.exercise}-{self.label}"
 
 
+# The question cell of lesson 12's what_works, for wrong attempts that replace only the function.
+QUESTIONS_12 = (
+    'QUESTIONS = {"secrets": ("", dict.fromkeys("abcd", "")), "results": ("", dict.fromkeys("abc", "")), '
+    '"plots": ("", dict.fromkeys("abc", ""))}\n'
+)
+
 MISTAKES = [
     Mistake(
         1,
@@ -1107,6 +1113,50 @@ MISTAKES += [
             return {"e", "f"}
         """,
         "it belongs in the sandbox",
+    ),
+    Mistake(
+        12,
+        "signal_name",
+        "137-read-as-an-error",
+        """
+        import signal
+        def signal_name(returncode):
+            return signal.Signals(-returncode).name if returncode < 0 else None
+        """,
+        'reading 137 as "error 137"',
+    ),
+    Mistake(
+        12,
+        "what_works",
+        "rlimits-protect-files",
+        """
+        def what_works():
+            return {"secrets": "a", "results": "b", "plots": "b"}
+        """,
+        "believing rlimits protect your files",
+        QUESTIONS_12,
+    ),
+    Mistake(
+        12,
+        "what_works",
+        "unpickling-results",
+        """
+        def what_works():
+            return {"secrets": "c", "results": "a", "plots": "b"}
+        """,
+        "unpickling what a child sends runs code",
+        QUESTIONS_12,
+    ),
+    Mistake(
+        12,
+        "what_works",
+        "matplotlib-picks-the-backend",
+        """
+        def what_works():
+            return {"secrets": "c", "results": "b", "plots": "a"}
+        """,
+        "leaving matplotlib to pick a backend",
+        QUESTIONS_12,
     ),
 ]
 
