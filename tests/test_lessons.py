@@ -552,6 +552,17 @@ MISTAKES += [
     ),
     Mistake(
         2,
+        "reach_os",
+        "builtins-as-a-module",
+        """
+        def reach_os():
+            return ("[c for c in ().__class__.__base__.__subclasses__() if c.__name__ == 'catch_warnings'][0]()"
+                    "._module.__builtins__.__import__('os').getpid()")
+        """,
+        "used __builtins__ as if it were always a module",
+    ),
+    Mistake(
+        2,
         "load_scores",
         "eval-without-builtins",
         """
@@ -1077,6 +1088,28 @@ MISTAKES += [
         """,
         "stops at 19",
     ),
+    Mistake(
+        9,
+        "courteous",
+        "os-nice-in-the-notebook",
+        """
+        import os
+        def courteous(argv):
+            os.nice(19)
+            return ["nice", "-n", "19", *argv]
+        """,
+        "changed this notebook's own niceness",
+    ),
+    Mistake(
+        9,
+        "courteous",
+        "counts-on-ionice-everywhere",
+        """
+        def courteous(argv):
+            return ["nice", "-n", "19", "ionice", "-c", "3", *argv]
+        """,
+        "counting on ionice everywhere",
+    ),
 ]
 
 MISTAKES += [
@@ -1113,6 +1146,36 @@ MISTAKES += [
             return {"e", "f"}
         """,
         "it belongs in the sandbox",
+    ),
+    Mistake(
+        10,
+        "run_in_fresh_venv",
+        "reuses-one-venv",
+        """
+        import atexit, os, shutil, subprocess, tempfile
+        _task = tempfile.mkdtemp()
+        atexit.register(shutil.rmtree, _task, True)
+        def run_in_fresh_venv(code):
+            python = os.path.join(_task, "venv", "bin", "python")
+            if not os.path.exists(python):
+                fresh_venv(os.path.join(_task, "venv"))
+            return subprocess.run([python, "-c", code], capture_output=True, text=True).stdout
+        """,
+        "reusing one venv",
+    ),
+    Mistake(
+        10,
+        "run_in_fresh_venv",
+        "forgets-to-delete-it",
+        """
+        import atexit, os, shutil, subprocess, tempfile
+        def run_in_fresh_venv(code):
+            task = tempfile.mkdtemp()
+            atexit.register(shutil.rmtree, task, True)
+            python = fresh_venv(os.path.join(task, "venv"))
+            return subprocess.run([python, "-c", code], capture_output=True, text=True).stdout
+        """,
+        "forgetting to delete the venv",
     ),
     Mistake(
         12,
@@ -1164,6 +1227,8 @@ MISTAKES += [
 @pytest.mark.slow
 @pytest.mark.parametrize("mistake", MISTAKES, ids=str)
 def test_check_and_hidden_tests_both_reject_a_listed_mistake(mistake: Mistake, tmp_path: Path) -> None:
+    if "os.nice(19)" in mistake.source and os.nice(0) >= 19:
+        pytest.skip("this process already runs at niceness 19, so os.nice(19) changes nothing to see")
     line = run_check(mistake.lesson, mistake.exercise, mistake.source, mistake.context)
     assert line.startswith(f"{FAIL} {mistake.exercise}") and mistake.hint in line, line
     outcomes = run_hidden_tests(mistake.lesson, tmp_path, mistake.exercise, mistake.source)

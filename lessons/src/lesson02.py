@@ -138,6 +138,11 @@ def test():
         value = eval(expression, {"__builtins__": {}})
     except NameError as error:
         raise Feedback(f"the expression used a builtin that is not there ({error}): start from () instead") from None
+    except AttributeError as error:
+        if "'dict' object" not in str(error):
+            raise
+        raise Feedback(f"the expression used __builtins__ as if it were always a module ({error}): in the warnings "
+                       "module it is a dict, so write __builtins__['__import__']") from None
     expect(value == os.getpid(), f"the expression evaluated to {value!r}, not the process id {os.getpid()}")
     return "no builtins, and still the os module: an in-process sandbox is no boundary"
 check("reach_os", test)
@@ -199,7 +204,7 @@ md("""
 
 * **Believing a denylist is finished.** Every filter above missed something; an attacker only needs one gap.
 * **Using `__builtins__` as if it were always a module.** In the main program it is the `builtins` module, in
-  other modules and in `exec` scopes it is a dictionary: `__builtins__['__import__']`.
+  other modules and in `exec` scopes it is a dictionary: `__builtins__['__import__']` (the first exercise).
 * **Forgetting that `eval` of a *literal* is a different thing.** For data, use `ast.literal_eval` or `json.loads`,
   which never run code.
 
