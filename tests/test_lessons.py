@@ -444,6 +444,8 @@ QUESTIONS_12 = (
     'QUESTIONS = {"secrets": ("", dict.fromkeys("abcd", "")), "results": ("", dict.fromkeys("abc", "")), '
     '"plots": ("", dict.fromkeys("abc", ""))}\n'
 )
+# ... and lesson 13's what_next.
+QUESTIONS_13 = 'QUESTIONS = dict.fromkeys(["second_line", "thread", "stopped"], ("", dict.fromkeys("abc", "")))\n'
 
 MISTAKES = [
     Mistake(
@@ -1004,6 +1006,31 @@ MISTAKES += [
         """,
         "expected 'output'",
     ),
+    Mistake(
+        13,
+        "limit_hit",
+        "status-compared-with-in",
+        """
+        def limit_hit(outcome):
+            status = outcome["status"]
+            if status == "timed_out":
+                return "wall_time"
+            return "cpu_time" if "limit" in status else None
+        """,
+        "comparing statuses with `in`",
+    ),
+    Mistake(13, "what_next", "limits-on-the-second-line", """
+        def what_next():
+            return {"second_line": "a", "thread": "b", "stopped": "b"}
+        """, "putting %%limits anywhere but the first line", QUESTIONS_13),
+    Mistake(13, "what_next", "thread-for-the-next-cell", """
+        def what_next():
+            return {"second_line": "b", "thread": "a", "stopped": "b"}
+        """, "keeping a thread for the next cell", QUESTIONS_13),
+    Mistake(13, "what_next", "raises-the-limit", """
+        def what_next():
+            return {"second_line": "b", "thread": "b", "stopped": "a"}
+        """, "raising limits instead of fixing the loop", QUESTIONS_13),
 ]
 
 _LAUNCHER = """
