@@ -911,6 +911,31 @@ MISTAKES += [
         """,
         "in a group of its own",
     ),
+    Mistake(
+        7,
+        "run_tree",
+        "forgets-the-pipe",
+        """
+        import os, signal, subprocess, sys
+        def run_tree(code, wall):
+            proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    start_new_session=True)
+            try:
+                proc.wait(timeout=wall)
+                proc.communicate()
+                status = "ok" if proc.returncode == 0 else "error"
+            except subprocess.TimeoutExpired:
+                status = "timed_out"
+            finally:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.communicate()
+            return status
+        """,
+        "forgetting the pipe",
+    ),
 ]
 
 MISTAKES += [
