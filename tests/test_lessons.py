@@ -1078,7 +1078,7 @@ MISTAKES += [
         "launcher_command",
         "limits-after-exec",
         _LAUNCHER.format(body='"os.execvp(sys.argv[3], sys.argv[3:])\\n"\n            ' + _LIMITS),
-        "expected",
+        "set the limits before exec",
     ),
     Mistake(
         8,
