@@ -434,6 +434,7 @@ class Mistake:
     source: str
     hint: str
     context: str = ""
+    check_only: bool = False  # the hidden tests cannot see it (they cannot set the notebook's clock)
 
     def __str__(self) -> str:
         return f"lesson{self.lesson:02d}-{self.exercise}-{self.label}"
@@ -852,6 +853,34 @@ MISTAKES += [
             return {"a": "cpu_limit", "b": "timed_out", "c": "timed_out", "d": "cpu_limit"}
         """,
         "per process, not per family",
+    ),
+    Mistake(
+        6,
+        "how_long",
+        "cpu-time",
+        """
+        import resource, subprocess, sys
+        def how_long(code):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run([sys.executable, "-c", code], capture_output=True)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        """,
+        "measuring how long it ran with CPU time",
+    ),
+    Mistake(
+        6,
+        "how_long",
+        "time-time",
+        """
+        import subprocess, sys, time
+        def how_long(code):
+            started = time.time()
+            subprocess.run([sys.executable, "-c", code], capture_output=True)
+            return time.time() - started
+        """,
+        "time.time() jumps when the clock is set",
+        check_only=True,
     ),
 ]
 _RUN_TREE = """
@@ -1283,6 +1312,8 @@ def test_check_and_hidden_tests_both_reject_a_listed_mistake(mistake: Mistake, t
         pytest.skip("this process already runs at niceness 19, so os.nice(19) changes nothing to see")
     line = run_check(mistake.lesson, mistake.exercise, mistake.source, mistake.context)
     assert line.startswith(f"{FAIL} {mistake.exercise}") and mistake.hint in line, line
+    if mistake.check_only:
+        return
     outcomes = run_hidden_tests(mistake.lesson, tmp_path, mistake.exercise, mistake.source)
     assert outcomes and "failed" in outcomes.values(), outcomes
 
