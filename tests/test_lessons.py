@@ -1028,6 +1028,17 @@ MISTAKES += [
         """,
         "compare labels with ==",
     ),
+    Mistake(
+        11,
+        "what_counts",
+        "trusts-the-report-file",
+        """
+        def what_counts():
+            return {"source": "a", "forged": "a"}
+        """,
+        "trusting a report file the submission can write",
+        'QUESTIONS = dict.fromkeys(["source", "forged"], ("", dict.fromkeys("abc", "")))\n',
+    ),
 ]
 
 MISTAKES += [
