@@ -584,7 +584,7 @@ MISTAKES += [
                 raise ValueError("refused")
             return eval(text, {"__builtins__": {}})
         """,
-        "use ast.literal_eval",
+        "believing a denylist is finished",
     ),
 ]
 
@@ -998,6 +998,27 @@ MISTAKES += [
             return "unverified"
         """,
         "a test in error",
+    ),
+    Mistake(
+        11,
+        "verdict",
+        "exit-2-or-5-as-failed",
+        """
+        def verdict(exit_code, expected, results, timed_out=False):
+            if timed_out:
+                return "timed_out"
+            if exit_code in (2, 5):
+                return "failed"
+            if exit_code not in (0, 1) or results is None or not expected or set(results) != set(expected):
+                return "unverified"
+            outcomes = set(results.values())
+            if outcomes == {"passed"}:
+                return "verified" if exit_code == 0 else "unverified"
+            if exit_code == 0 and outcomes & {"failed", "error"}:
+                return "unverified"
+            return "failed"
+        """,
+        "the tests never ran",
     ),
     Mistake(
         11,

@@ -181,13 +181,18 @@ import os
 def test():
     got = load_scores('{"ada": 9, "bob": 7}')
     expect(got == {"ada": 9, "bob": 7}, f"a plain dict literal gave {got!r}")
+    refused = []
     for attack in (escape, "{'pid': " + escape + "}", "__import__('os').getpid()", "{'a': (lambda: 1)()}"):
         try:
             value = load_scores(attack)
         except ValueError:
+            refused.append(attack)
             continue
         except (SyntaxError, NameError, TypeError) as error:
             raise Feedback(f"load_scores raised {type(error).__name__} for code: catch it and raise ValueError") from None
+        if refused:
+            raise Feedback(f"load_scores refused {len(refused)} attack(s) but ran {attack!r} and returned {value!r}: "
+                           "believing a denylist is finished; parse data with ast.literal_eval instead of filtering code")
         raise Feedback(f"load_scores ran code and returned {value!r}: eval with no builtins is still eval, use ast.literal_eval")
     try:
         load_scores("[1, 2, 3]")
