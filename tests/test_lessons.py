@@ -1105,18 +1105,39 @@ MISTAKES += [
         """,
         "comparing statuses with `in`",
     ),
-    Mistake(13, "what_next", "limits-on-the-second-line", """
+    Mistake(
+        13,
+        "what_next",
+        "limits-on-the-second-line",
+        """
         def what_next():
             return {"second_line": "a", "thread": "b", "stopped": "b"}
-        """, "putting %%limits anywhere but the first line", QUESTIONS_13),
-    Mistake(13, "what_next", "thread-for-the-next-cell", """
+        """,
+        "putting %%limits anywhere but the first line",
+        QUESTIONS_13,
+    ),
+    Mistake(
+        13,
+        "what_next",
+        "thread-for-the-next-cell",
+        """
         def what_next():
             return {"second_line": "b", "thread": "a", "stopped": "b"}
-        """, "keeping a thread for the next cell", QUESTIONS_13),
-    Mistake(13, "what_next", "raises-the-limit", """
+        """,
+        "keeping a thread for the next cell",
+        QUESTIONS_13,
+    ),
+    Mistake(
+        13,
+        "what_next",
+        "raises-the-limit",
+        """
         def what_next():
             return {"second_line": "b", "thread": "b", "stopped": "a"}
-        """, "raising limits instead of fixing the loop", QUESTIONS_13),
+        """,
+        "raising limits instead of fixing the loop",
+        QUESTIONS_13,
+    ),
 ]
 
 _LAUNCHER = """

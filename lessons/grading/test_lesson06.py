@@ -1,4 +1,5 @@
-"""Hidden tests for lesson 6 (run_both_clocks, which_clock, how_long), run by ``cellbox grade`` against 06-both-clocks.ipynb."""
+"""Hidden tests for lesson 6 (run_both_clocks, which_clock, how_long),
+run by ``cellbox grade`` against 06-both-clocks.ipynb."""
 
 import importlib
 import time

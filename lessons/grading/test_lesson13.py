@@ -1,4 +1,5 @@
-"""Hidden tests for lesson 13 (limit_hit, limits_line, what_next), run by ``cellbox grade`` against 13-the-cellbox-kernel.ipynb."""
+"""Hidden tests for lesson 13 (limit_hit, limits_line, what_next),
+run by ``cellbox grade`` against 13-the-cellbox-kernel.ipynb."""
 
 import importlib
 
