@@ -434,10 +434,19 @@ class Mistake:
     source: str
     hint: str
     context: str = ""
+    check_only: bool = False  # the hidden tests cannot see it (they cannot set the notebook's clock)
 
     def __str__(self) -> str:
         return f"lesson{self.lesson:02d}-{self.exercise}-{self.label}"
 
+
+# The question cell of lesson 12's what_works, for wrong attempts that replace only the function.
+QUESTIONS_12 = (
+    'QUESTIONS = {"secrets": ("", dict.fromkeys("abcd", "")), "results": ("", dict.fromkeys("abc", "")), '
+    '"plots": ("", dict.fromkeys("abc", ""))}\n'
+)
+# ... and lesson 13's what_next.
+QUESTIONS_13 = 'QUESTIONS = dict.fromkeys(["second_line", "thread", "stopped"], ("", dict.fromkeys("abc", "")))\n'
 
 MISTAKES = [
     Mistake(
@@ -546,6 +555,17 @@ MISTAKES += [
     ),
     Mistake(
         2,
+        "reach_os",
+        "builtins-as-a-module",
+        """
+        def reach_os():
+            return ("[c for c in ().__class__.__base__.__subclasses__() if c.__name__ == 'catch_warnings'][0]()"
+                    "._module.__builtins__.__import__('os').getpid()")
+        """,
+        "used __builtins__ as if it were always a module",
+    ),
+    Mistake(
+        2,
         "load_scores",
         "eval-without-builtins",
         """
@@ -564,7 +584,7 @@ MISTAKES += [
                 raise ValueError("refused")
             return eval(text, {"__builtins__": {}})
         """,
-        "use ast.literal_eval",
+        "believing a denylist is finished",
     ),
 ]
 
@@ -834,6 +854,34 @@ MISTAKES += [
         """,
         "per process, not per family",
     ),
+    Mistake(
+        6,
+        "how_long",
+        "cpu-time",
+        """
+        import resource, subprocess, sys
+        def how_long(code):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run([sys.executable, "-c", code], capture_output=True)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        """,
+        "measuring how long it ran with CPU time",
+    ),
+    Mistake(
+        6,
+        "how_long",
+        "time-time",
+        """
+        import subprocess, sys, time
+        def how_long(code):
+            started = time.time()
+            subprocess.run([sys.executable, "-c", code], capture_output=True)
+            return time.time() - started
+        """,
+        "time.time() jumps when the clock is set",
+        check_only=True,
+    ),
 ]
 _RUN_TREE = """
     import os, signal, subprocess, sys
@@ -892,6 +940,31 @@ MISTAKES += [
         """,
         "in a group of its own",
     ),
+    Mistake(
+        7,
+        "run_tree",
+        "forgets-the-pipe",
+        """
+        import os, signal, subprocess, sys
+        def run_tree(code, wall):
+            proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    start_new_session=True)
+            try:
+                proc.wait(timeout=wall)
+                proc.communicate()
+                status = "ok" if proc.returncode == 0 else "error"
+            except subprocess.TimeoutExpired:
+                status = "timed_out"
+            finally:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.communicate()
+            return status
+        """,
+        "forgetting the pipe",
+    ),
 ]
 
 MISTAKES += [
@@ -929,6 +1002,27 @@ MISTAKES += [
     Mistake(
         11,
         "verdict",
+        "exit-2-or-5-as-failed",
+        """
+        def verdict(exit_code, expected, results, timed_out=False):
+            if timed_out:
+                return "timed_out"
+            if exit_code in (2, 5):
+                return "failed"
+            if exit_code not in (0, 1) or results is None or not expected or set(results) != set(expected):
+                return "unverified"
+            outcomes = set(results.values())
+            if outcomes == {"passed"}:
+                return "verified" if exit_code == 0 else "unverified"
+            if exit_code == 0 and outcomes & {"failed", "error"}:
+                return "unverified"
+            return "failed"
+        """,
+        "the tests never ran",
+    ),
+    Mistake(
+        11,
+        "verdict",
         "skip-is-a-pass",
         """
         def verdict(exit_code, expected, results, timed_out=False):
@@ -954,6 +1048,17 @@ MISTAKES += [
             return "green" if "VERIFIED" in label else "red" if "FAILED" in label else "grey"
         """,
         "compare labels with ==",
+    ),
+    Mistake(
+        11,
+        "what_counts",
+        "trusts-the-report-file",
+        """
+        def what_counts():
+            return {"source": "a", "forged": "a"}
+        """,
+        "trusting a report file the submission can write",
+        'QUESTIONS = dict.fromkeys(["source", "forged"], ("", dict.fromkeys("abc", "")))\n',
     ),
 ]
 
@@ -987,6 +1092,52 @@ MISTAKES += [
         """,
         "expected 'output'",
     ),
+    Mistake(
+        13,
+        "limit_hit",
+        "status-compared-with-in",
+        """
+        def limit_hit(outcome):
+            status = outcome["status"]
+            if status == "timed_out":
+                return "wall_time"
+            return "cpu_time" if "limit" in status else None
+        """,
+        "comparing statuses with `in`",
+    ),
+    Mistake(
+        13,
+        "what_next",
+        "limits-on-the-second-line",
+        """
+        def what_next():
+            return {"second_line": "a", "thread": "b", "stopped": "b"}
+        """,
+        "putting %%limits anywhere but the first line",
+        QUESTIONS_13,
+    ),
+    Mistake(
+        13,
+        "what_next",
+        "thread-for-the-next-cell",
+        """
+        def what_next():
+            return {"second_line": "b", "thread": "a", "stopped": "b"}
+        """,
+        "keeping a thread for the next cell",
+        QUESTIONS_13,
+    ),
+    Mistake(
+        13,
+        "what_next",
+        "raises-the-limit",
+        """
+        def what_next():
+            return {"second_line": "b", "thread": "b", "stopped": "a"}
+        """,
+        "raising limits instead of fixing the loop",
+        QUESTIONS_13,
+    ),
 ]
 
 _LAUNCHER = """
@@ -1009,7 +1160,7 @@ MISTAKES += [
         "launcher_command",
         "limits-after-exec",
         _LAUNCHER.format(body='"os.execvp(sys.argv[3], sys.argv[3:])\\n"\n            ' + _LIMITS),
-        "expected",
+        "set the limits before exec",
     ),
     Mistake(
         8,
@@ -1071,6 +1222,28 @@ MISTAKES += [
         """,
         "stops at 19",
     ),
+    Mistake(
+        9,
+        "courteous",
+        "os-nice-in-the-notebook",
+        """
+        import os
+        def courteous(argv):
+            os.nice(19)
+            return ["nice", "-n", "19", *argv]
+        """,
+        "changed this notebook's own niceness",
+    ),
+    Mistake(
+        9,
+        "courteous",
+        "counts-on-ionice-everywhere",
+        """
+        def courteous(argv):
+            return ["nice", "-n", "19", "ionice", "-c", "3", *argv]
+        """,
+        "counting on ionice everywhere",
+    ),
 ]
 
 MISTAKES += [
@@ -1108,14 +1281,92 @@ MISTAKES += [
         """,
         "it belongs in the sandbox",
     ),
+    Mistake(
+        10,
+        "run_in_fresh_venv",
+        "reuses-one-venv",
+        """
+        import atexit, os, shutil, subprocess, tempfile
+        _task = tempfile.mkdtemp()
+        atexit.register(shutil.rmtree, _task, True)
+        def run_in_fresh_venv(code):
+            python = os.path.join(_task, "venv", "bin", "python")
+            if not os.path.exists(python):
+                fresh_venv(os.path.join(_task, "venv"))
+            return subprocess.run([python, "-c", code], capture_output=True, text=True).stdout
+        """,
+        "reusing one venv",
+    ),
+    Mistake(
+        10,
+        "run_in_fresh_venv",
+        "forgets-to-delete-it",
+        """
+        import atexit, os, shutil, subprocess, tempfile
+        def run_in_fresh_venv(code):
+            task = tempfile.mkdtemp()
+            atexit.register(shutil.rmtree, task, True)
+            python = fresh_venv(os.path.join(task, "venv"))
+            return subprocess.run([python, "-c", code], capture_output=True, text=True).stdout
+        """,
+        "forgetting to delete the venv",
+    ),
+    Mistake(
+        12,
+        "signal_name",
+        "137-read-as-an-error",
+        """
+        import signal
+        def signal_name(returncode):
+            return signal.Signals(-returncode).name if returncode < 0 else None
+        """,
+        'reading 137 as "error 137"',
+    ),
+    Mistake(
+        12,
+        "what_works",
+        "rlimits-protect-files",
+        """
+        def what_works():
+            return {"secrets": "a", "results": "b", "plots": "b"}
+        """,
+        "believing rlimits protect your files",
+        QUESTIONS_12,
+    ),
+    Mistake(
+        12,
+        "what_works",
+        "unpickling-results",
+        """
+        def what_works():
+            return {"secrets": "c", "results": "a", "plots": "b"}
+        """,
+        "unpickling what a child sends runs code",
+        QUESTIONS_12,
+    ),
+    Mistake(
+        12,
+        "what_works",
+        "matplotlib-picks-the-backend",
+        """
+        def what_works():
+            return {"secrets": "c", "results": "b", "plots": "a"}
+        """,
+        "leaving matplotlib to pick a backend",
+        QUESTIONS_12,
+    ),
 ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mistake", MISTAKES, ids=str)
 def test_check_and_hidden_tests_both_reject_a_listed_mistake(mistake: Mistake, tmp_path: Path) -> None:
+    if "os.nice(19)" in mistake.source and os.nice(0) >= 19:
+        pytest.skip("this process already runs at niceness 19, so os.nice(19) changes nothing to see")
     line = run_check(mistake.lesson, mistake.exercise, mistake.source, mistake.context)
     assert line.startswith(f"{FAIL} {mistake.exercise}") and mistake.hint in line, line
+    if mistake.check_only:
+        return
     outcomes = run_hidden_tests(mistake.lesson, tmp_path, mistake.exercise, mistake.source)
     assert outcomes and "failed" in outcomes.values(), outcomes
 

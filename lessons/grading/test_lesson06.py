@@ -1,4 +1,5 @@
-"""Hidden tests for lesson 6 (run_both_clocks, which_clock), run by ``cellbox grade`` against 06-both-clocks.ipynb."""
+"""Hidden tests for lesson 6 (run_both_clocks, which_clock, how_long),
+run by ``cellbox grade`` against 06-both-clocks.ipynb."""
 
 import importlib
 import time
@@ -38,3 +39,7 @@ def test_run_both_clocks_blocked_socket_is_timed_out(nb):
 
 def test_which_clock(nb):
     assert nb.which_clock() == {"a": "cpu_limit", "b": "timed_out", "c": "timed_out", "d": "ok"}
+
+
+def test_how_long_measures_a_sleeper_on_the_wall_clock(nb):
+    assert 0.9 <= nb.how_long("import time; time.sleep(1)") < 10

@@ -88,6 +88,13 @@ def test_run_tree_times_out_and_kills_the_group(nb):
             _kill(pid)
 
 
+def test_run_tree_keeps_the_deadline_while_a_grandchild_holds_the_pipe(nb):
+    holder = "import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(8)'])\n"
+    started = time.monotonic()
+    nb.run_tree(holder, 1)
+    assert time.monotonic() - started < 5
+
+
 def test_survivors(nb):
     assert nb.survivors() == {
         "kill": True, "killpg": False, "killpg_after_setsid": True, "subreaper_sweep": False, "timeout_run": True,

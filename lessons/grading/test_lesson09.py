@@ -1,11 +1,14 @@
 """Hidden tests for lesson 9 (courteous, predict_niceness), run by ``cellbox grade`` against 09-keep-the-machine-responsive.ipynb."""
 
 import importlib
+import os
 import shutil
 import subprocess
 import sys
 
 import pytest
+
+from cellbox.grading.bridge import submission_module, submission_tmp_path
 
 NOTEBOOK, MODULE = "09-keep-the-machine-responsive.ipynb", "nb_09_keep_the_machine_responsive"
 
@@ -42,3 +45,23 @@ def test_courteous_child_is_in_the_idle_io_class(nb):
 
 def test_predict_niceness(nb):
     assert nb.predict_niceness() == {"a": 10, "b": 19, "c": 13, "d": 10}
+
+
+def test_courteous_leaves_the_notebooks_own_niceness(nb):
+    os_ = submission_module("os")
+    before = os_.nice(0)
+    nb.courteous(["true"])
+    assert os_.nice(0) == before
+
+
+def test_courteous_leaves_ionice_out_where_it_is_missing(nb):
+    os_ = submission_module("os")
+    empty = os.path.join(submission_tmp_path(), "no-ionice")
+    os_.makedirs(empty, exist_ok=True)
+    path = os_.environ.get("PATH", "")
+    os_.environ.update({"PATH": empty})
+    try:
+        command = nb.courteous(["true"])
+    finally:
+        os_.environ.update({"PATH": path})
+    assert "ionice" not in " ".join(map(str, command))

@@ -1,4 +1,4 @@
-"""Hidden tests for lesson 10 (fresh_venv, runs_project_code), run by ``cellbox grade`` against 10-a-fresh-virtualenv-per-task.ipynb.
+"""Hidden tests for lesson 10 (fresh_venv, runs_project_code, run_in_fresh_venv), run by ``cellbox grade`` against 10-a-fresh-virtualenv-per-task.ipynb.
 
 The notebook's code runs in its own sandboxed process: the venvs it makes are
 in that process's folders, so they are made and run there
@@ -64,3 +64,16 @@ def test_fresh_venv_does_not_include_system_site_packages(nb):
     nb.fresh_venv(where)
     config = submission_module("pathlib").Path(where, "pyvenv.cfg").read_text().replace(" ", "").lower()
     assert "include-system-site-packages=true" not in config
+
+
+def test_run_in_fresh_venv_uses_a_new_venv_each_time_and_deletes_it(nb):
+    exists = submission_module("os").path.exists
+    prefix = "import sys; print(sys.prefix)"
+    first, second = nb.run_in_fresh_venv(prefix).strip(), nb.run_in_fresh_venv(prefix).strip()
+    assert first and second and first != second
+    assert not exists(first) and not exists(second)
+
+
+def test_run_in_fresh_venv_deletes_it_when_the_code_fails(nb):
+    failed = nb.run_in_fresh_venv("import sys; print(sys.prefix); raise SystemExit(3)").strip()
+    assert failed and not submission_module("os").path.exists(failed)

@@ -1,4 +1,4 @@
-"""Hidden tests for lesson 11 (verdict, badge_colour),
+"""Hidden tests for lesson 11 (verdict, badge_colour, what_counts),
 run by ``cellbox grade`` against 11-the-three-state-verdict.ipynb."""
 
 import importlib
@@ -59,3 +59,7 @@ def test_badge_colour_by_exact_label(nb):
     assert nb.badge_colour("TESTS TIMED OUT") == "orange"
     for label in ("TESTS UNVERIFIED", "UNVERIFIED TESTS VERIFIED", "tests verified", "VERIFIED"):
         assert nb.badge_colour(label) == "grey"
+
+
+def test_what_counts_is_the_graders_own_channel(nb):
+    assert nb.what_counts() == {"source": "b", "forged": "b"}

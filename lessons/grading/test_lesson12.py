@@ -1,4 +1,4 @@
-"""Hidden tests for lesson 12 (signal_name, read_small_file),
+"""Hidden tests for lesson 12 (signal_name, read_small_file, what_works),
 run by ``cellbox grade`` against 12-beyond-rlimits.ipynb."""
 
 import importlib
@@ -40,3 +40,8 @@ def test_read_small_file_round_trips_binary(nb):
     path = os.path.join(submission_tmp_path(), "blob.bin")
     submission_module("pathlib").Path(path).write_bytes(data)
     assert nb.read_small_file(path) == data
+
+
+def test_what_works_limits_access_and_results(nb):
+    # Not rlimits but another user or Landlock; JSON, never pickle or eval; the Agg backend.
+    assert nb.what_works() == {"secrets": "c", "results": "b", "plots": "b"}

@@ -1,4 +1,5 @@
-"""Hidden tests for lesson 13 (limit_hit, limits_line), run by ``cellbox grade`` against 13-the-cellbox-kernel.ipynb."""
+"""Hidden tests for lesson 13 (limit_hit, limits_line, what_next),
+run by ``cellbox grade`` against 13-the-cellbox-kernel.ipynb."""
 
 import importlib
 
@@ -49,3 +50,7 @@ def test_limits_line_doubles_the_limit(nb):
 def test_limits_line_none_without_a_limit(nb):
     assert nb.limits_line(_outcome("ok")) is None
     assert nb.limits_line(_outcome("crashed")) is None
+
+
+def test_what_next_first_line_no_threads_fix_the_loop(nb):
+    assert nb.what_next() == {"second_line": "b", "thread": "b", "stopped": "b"}

@@ -138,6 +138,11 @@ def test():
         value = eval(expression, {"__builtins__": {}})
     except NameError as error:
         raise Feedback(f"the expression used a builtin that is not there ({error}): start from () instead") from None
+    except AttributeError as error:
+        if "'dict' object" not in str(error):
+            raise
+        raise Feedback(f"the expression used __builtins__ as if it were always a module ({error}): in the warnings "
+                       "module it is a dict, so write __builtins__['__import__']") from None
     expect(value == os.getpid(), f"the expression evaluated to {value!r}, not the process id {os.getpid()}")
     return "no builtins, and still the os module: an in-process sandbox is no boundary"
 check("reach_os", test)
@@ -176,13 +181,18 @@ import os
 def test():
     got = load_scores('{"ada": 9, "bob": 7}')
     expect(got == {"ada": 9, "bob": 7}, f"a plain dict literal gave {got!r}")
+    refused = []
     for attack in (escape, "{'pid': " + escape + "}", "__import__('os').getpid()", "{'a': (lambda: 1)()}"):
         try:
             value = load_scores(attack)
         except ValueError:
+            refused.append(attack)
             continue
         except (SyntaxError, NameError, TypeError) as error:
             raise Feedback(f"load_scores raised {type(error).__name__} for code: catch it and raise ValueError") from None
+        if refused:
+            raise Feedback(f"load_scores refused {len(refused)} attack(s) but ran {attack!r} and returned {value!r}: "
+                           "believing a denylist is finished; parse data with ast.literal_eval instead of filtering code")
         raise Feedback(f"load_scores ran code and returned {value!r}: eval with no builtins is still eval, use ast.literal_eval")
     try:
         load_scores("[1, 2, 3]")
@@ -199,7 +209,7 @@ md("""
 
 * **Believing a denylist is finished.** Every filter above missed something; an attacker only needs one gap.
 * **Using `__builtins__` as if it were always a module.** In the main program it is the `builtins` module, in
-  other modules and in `exec` scopes it is a dictionary: `__builtins__['__import__']`.
+  other modules and in `exec` scopes it is a dictionary: `__builtins__['__import__']` (the first exercise).
 * **Forgetting that `eval` of a *literal* is a different thing.** For data, use `ast.literal_eval` or `json.loads`,
   which never run code.
 

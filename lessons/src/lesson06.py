@@ -185,11 +185,53 @@ check("which_clock", test)
 """)
 
 md("""
+## 6. Exercise: how long did it run?
+
+Write `how_long(code)`: run `code` in a child and return how many seconds it took on the wall, from start to exit,
+as a float. Which clock? Not the child's CPU time (a sleeper shows almost none), and not `time.time()`, which jumps
+when someone sets the system clock: `time.monotonic()` only ever moves forward.
+""")
+
+exercise("how_long", """
+import subprocess, sys, time
+
+def how_long(code):
+    \"\"\"Seconds on the wall (float) a child running `code` took, from its start to its exit.\"\"\"
+    ### BEGIN SOLUTION
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    return time.monotonic() - started
+    ### END SOLUTION
+""")
+
+check("how_long", """
+import time
+
+def test():
+    took = how_long("import time; time.sleep(1)")
+    expect(isinstance(took, float), f"how_long should return seconds as a float, not {type(took).__name__}")
+    expect(took >= 0.9, f"a child that slept 1 s took {took:.2f} s by your measure: measuring how long it ran with "
+           "CPU time; sleeping uses no CPU, so read the wall clock (time.monotonic())")
+    expect(took < 10, f"a child that slept 1 s took {took:.2f} s by your measure, expected about 1")
+    real = time.time
+    jumps = iter(range(10**6))
+    time.time = lambda: real() + 3600 * next(jumps)   # someone sets the system clock, an hour at every look
+    try:
+        took = how_long("pass")
+    finally:
+        time.time = real
+    expect(took < 10, f"with the system clock set forward meanwhile, a quick child took {took:.0f} s by your "
+           "measure: time.time() jumps when the clock is set, time.monotonic() never does")
+    return "a monotonic wall clock measures sleepers and spinners alike"
+check("how_long", test)
+""")
+
+md("""
 ## Common mistakes
 
 * **A wall deadline shorter than the CPU limit.** The spinner is then always reported as `timed_out`, and the
   CPU limit never speaks (the second exercise).
-* **Measuring "how long it ran" with CPU time.** A sleeping child shows almost 0 s of CPU (the second exercise);
+* **Measuring "how long it ran" with CPU time.** A sleeping child shows almost 0 s of CPU (the third exercise);
   use a monotonic wall clock (`time.monotonic()`, never `time.time()`, which jumps when the system clock is set).
 * **Thinking RLIMIT_CPU is per family.** It is per process: a child that starts 50 spinning children gets 50
   times the CPU. Lesson 7 makes sure the whole family ends with the run; rationing the CPU of a family as a whole

@@ -275,6 +275,11 @@ def test():
         os.kill(pid, signal.SIGKILL)
         raise Feedback("the grandchild was still alive after run_tree returned: kill the group even when the child exited")
     expect(got == "ok", f"gave {got!r} after {took:.1f} s for a child that exits at once: is its stdout still being read?")
+    started = time.monotonic()
+    run_tree(spawn_grandchild(8, 0), 1)
+    took = time.monotonic() - started
+    expect(took < 5, f"run_tree took {took:.1f} s with wall=1 while a grandchild held the child's stdout: forgetting "
+           "the pipe; keep the deadline on every communicate() before the group is killed")
     got = run_tree(spawn_grandchild(30, 60), 1)
     expect(got == "timed_out", f"a child that never ends gave {got!r} with wall=1, expected 'timed_out'")
     return "the deadline holds and nothing the child started survives"
@@ -338,7 +343,8 @@ md("""
   group id *is* the child's pid, so use that.
 * **Not catching `ProcessLookupError` from `killpg`.** A group whose every member has ended and been collected
   no longer exists; that is the good case, not an error.
-* **Forgetting the pipe.** Any descendant holding stdout keeps `communicate()` waiting: keep the deadline.
+* **Forgetting the pipe.** Any descendant holding stdout keeps `communicate()` waiting: keep the deadline (the
+  first exercise's check leaves a grandchild holding it).
 * **Thinking a group is a boundary.** Any process may leave it (`setsid`); only a subreaper, a PID namespace or a
   cgroup keeps track of every descendant.
 

@@ -60,7 +60,23 @@ del lock, worker, preexec
 md("""
 The Python documentation says it plainly: *the `preexec_fn` parameter is NOT SAFE to use in the presence of
 threads in your application; the child process could deadlock before exec is called.* A Jupyter kernel always has
-threads (its heartbeat, its I/O), so does every grading pool.
+threads (its heartbeat, its I/O), so does every grading pool. And "my program has no threads" is rarely true for
+long: your libraries start them for you (a thread pool, a logging handler), as one call to a pool shows:
+""")
+
+code("""
+import concurrent.futures
+
+print("threads before:", threading.active_count())
+pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+pool.submit(time.sleep, 0.1).result()
+print("threads after one call to a pool:", threading.active_count())
+pool.shutdown()
+del pool   # shut down: later cells do not need it
+""")
+
+md("""
+So write code that is safe with threads, whether or not you started one.
 
 ## 2. The fix: a launcher that `exec`s
 
@@ -141,7 +157,8 @@ def test():
     probe = "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0], *resource.getrlimit(resource.RLIMIT_CPU))"
     result = subprocess.run(launcher_command([sys.executable, "-c", probe], 256 * MB, 3), capture_output=True, text=True, timeout=10)
     expect(result.stdout.split() == [str(256 * MB), "3", "4"],
-           f"the command saw RLIMIT_AS, RLIMIT_CPU soft and hard = {result.stdout.split()}, expected {256 * MB}, 3, 4")
+           f"the command saw RLIMIT_AS, RLIMIT_CPU soft and hard = {result.stdout.split()}, expected {256 * MB}, 3, 4: "
+           "set the limits before exec (nothing of the launcher runs after a successful exec)")
     proc = subprocess.Popen(launcher_command([sys.executable, "-c", "import os; print(os.getpid())"], 256 * MB, 3),
                             stdout=subprocess.PIPE, text=True)
     said = proc.communicate(timeout=10)[0].strip()
@@ -203,7 +220,6 @@ md("""
 * **`os.system` or `subprocess.run` in the launcher instead of `exec`.** That adds a process (the launcher stays
   as a parent) and the command's return code must be passed back by hand; `exec` simply becomes the command.
 * **`os.execv` with a bare name.** `execv` needs a path; `execvp` looks the name up on `PATH`.
-* **"My program has no threads."** Your libraries may: a thread pool, a logging handler, a Jupyter kernel.
 * **`preexec_fn=os.setsid`.** Still a Python-level call between fork and exec; `start_new_session=True` does the
   same in C (the second exercise).
 

@@ -106,7 +106,7 @@ def courteous(argv):
 """)
 
 check("courteous", """
-import os
+import os, tempfile
 
 def test():
     mine = os.nice(0)
@@ -119,6 +119,15 @@ def test():
     if shutil.which("ionice"):
         io = subprocess.run(courteous(["ionice"]), capture_output=True, text=True).stdout.strip()
         expect(io == "idle", f"the child's I/O class was {io!r}: add ionice -c 3")
+    path, empty = os.environ.get("PATH", ""), tempfile.mkdtemp()
+    os.environ["PATH"] = empty   # a machine without ionice (nor anything else on PATH)
+    try:
+        bare = courteous(["echo", "hi"])
+    finally:
+        os.environ["PATH"] = path
+        os.rmdir(empty)
+    expect("ionice" not in " ".join(map(str, bare)), f"with no ionice on PATH courteous still gave {bare!r}: counting on "
+           "ionice everywhere; add it only when shutil.which('ionice') finds it")
     return "the child runs at the lowest CPU and I/O priority"
 check("courteous", test)
 """)
@@ -167,7 +176,7 @@ md("""
 * **`nice 19 cmd`.** Without `-n`, `19` is taken as the command name. Write `nice -n 19 cmd`.
 * **`os.nice(19)` in the notebook.** That makes *you* nice, for good: you cannot lower it again without privilege.
 * **Counting on `ionice` everywhere.** Some systems lack it, and some I/O schedulers ignore the classes; check and
-  report instead of failing.
+  report instead of failing (the check runs your `courteous` with no `ionice` on `PATH`).
 
 ## Try this next
 

@@ -190,15 +190,54 @@ check("runs_project_code", test)
 """)
 
 md("""
+## 6. Exercise: one task, one venv, then none
+
+Write `run_in_fresh_venv(code)`: make a new task directory with `tempfile.mkdtemp()`, a fresh venv inside it (your
+`fresh_venv`), run `code` with that venv's Python, and return what it printed on stdout. Delete the task directory
+before returning, also when the code fails (a `finally`).
+""")
+
+exercise("run_in_fresh_venv", """
+import os, shutil, subprocess, tempfile
+
+def run_in_fresh_venv(code):
+    \"\"\"stdout (str) of `code` run by the Python of a venv made for this call alone, deleted before returning.\"\"\"
+    ### BEGIN SOLUTION
+    task = tempfile.mkdtemp(prefix="task-")
+    try:
+        python = fresh_venv(os.path.join(task, "venv"))
+        return subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    finally:
+        shutil.rmtree(task, ignore_errors=True)
+    ### END SOLUTION
+""")
+
+check("run_in_fresh_venv", """
+def test():
+    prefix = "import sys; print(sys.prefix)"
+    first, second = run_in_fresh_venv(prefix).strip(), run_in_fresh_venv(prefix).strip()
+    expect(first and first != sys.prefix, f"the code ran with sys.prefix {first!r}, not in a new venv: use fresh_venv's python")
+    expect(first != second, f"two runs shared the venv {first}: reusing one venv lets one submission change it "
+           "for all the others; make a fresh one per call")
+    expect(not os.path.exists(first), f"{first} still exists after the run: forgetting to delete the venv, "
+           "a few hundred tasks a day fill a disk; remove the task directory")
+    failed = run_in_fresh_venv(prefix + "; raise SystemExit(3)").strip()
+    expect(failed and not os.path.exists(failed), f"{failed or 'the venv'} was left behind by code that failed: "
+           "delete the task directory in a finally")
+    return "each task gets its own venv, and leaves nothing behind"
+check("run_in_fresh_venv", test)
+""")
+
+md("""
 ## Common mistakes
 
 * **Reusing one venv "to save time".** The first submission can change it for all the others. Make it fresh, or
-  copy a clean template made once and never handed to a submission.
+  copy a clean template made once and never handed to a submission (the third exercise).
 * **`system_site_packages=True`.** Convenient, but the task then sees (and its imports can be shadowed by) what is
   installed in your environment.
 * **Installing outside the sandbox "because pip is trusted".** pip is; the project's `setup.py` or build backend is
   not (the second exercise).
-* **Forgetting to delete it.** A few hundred tasks a day fill a disk.
+* **Forgetting to delete it.** A few hundred tasks a day fill a disk (the third exercise).
 
 ## Try this next
 

@@ -115,10 +115,13 @@ A report *file* is weak evidence, though: a submission can write one itself. cel
 own pytest plugin send each result over a channel (a file descriptor the grader opened), tagged with a random
 nonce chosen for this run, and checks the whole record: the tests the instructor wrote were collected, each one
 ran and reported, the session ended with pytest's own exit status. That stops an early `os._exit(0)`, a killed
-pytest, a forged report file and messages from other processes. It does **not** stop everything: the
-submission's code runs in the same process as pytest and the plugin, so code that deliberately goes looking can
-find the channel and the nonce and write a record of passes. Such a deliberate forgery needs a person reading
-the code (the documentation's Grading page, "What this does not stop").
+pytest, a forged report file and messages from other processes. In this lesson's `run_pytest` the submission
+runs inside pytest's own process, where code that deliberately goes looking could find a channel and its nonce;
+so `cellbox grade` runs pytest, the tests and the plugin in a trusted process that never runs submission code,
+and the submission in its own sandboxed process, which the tests reach through stand-ins and which answers only
+with plain data. That boundary is as strong as the isolation: with `--isolation none` the submission runs as the
+grader's user and can reach the trusted process (the documentation's Grading page, "What this does not
+stop").
 
 The name "three-state" counts what the evidence can say about the code: it passed, it failed, or we cannot tell.
 A run that ran out of time is a fourth verdict of its own. So, four verdicts, and only one of them is success:
@@ -246,6 +249,54 @@ check("badge_colour", test)
 """)
 
 md("""
+**`what_counts()`**: two questions about evidence. For each one, return the letter of the answer that holds.
+""")
+
+exercise("what_counts", """
+QUESTIONS = {
+    "source": ("Where does the grader take its evidence of which tests passed from?", {
+        "a": "report.xml in the submission's folder, as pytest --junitxml wrote it",
+        "b": "its own reporter plugin, which sends each result over a channel the grader opened, with this run's nonce",
+        "c": "pytest's exit code"}),
+    "forged": ("Run as in this lesson (inside pytest's process), a submission writes report.xml saying every test "
+               "passed, then calls os._exit(0) while pytest imports it. The grader reads a channel with a nonce. "
+               "What is the verdict?", {
+        "a": "verified: the report says every test passed",
+        "b": "unverified: the grader's own reporter sent no record of the tests",
+        "c": "failed: the submission cheated"}),
+}
+
+def what_counts():
+    \"\"\"{question: the letter of the answer that holds}, one entry per key of QUESTIONS.\"\"\"
+    ### BEGIN SOLUTION
+    # A file the submission can write proves nothing; only the grader's own channel counts, and no record is no proof.
+    return {"source": "b", "forged": "b"}
+    ### END SOLUTION
+""")
+
+check("what_counts", """
+ANSWERS = {"source": "b", "forged": "b"}
+WHY = {
+    ("source", "a"): "trusting a report file the submission can write: it can write one saying anything",
+    ("source", "c"): "exit 0 is necessary, not sufficient: os._exit(0) fakes it",
+    ("forged", "a"): "trusting a report file the submission can write: only the grader's channel counts",
+    ("forged", "c"): "nothing proves the tests ran, nor that they failed: no evidence is 'unverified'",
+}
+
+def test():
+    guesses = what_counts()
+    expect(isinstance(guesses, dict) and set(guesses) == set(QUESTIONS),
+           f"what_counts() should return a dict with the keys {sorted(QUESTIONS)}")
+    for key, wanted in ANSWERS.items():
+        got = guesses[key]
+        expect(got in QUESTIONS[key][1], f"{key}: {got!r} is not one of the letters {sorted(QUESTIONS[key][1])}")
+        if got != wanted:
+            raise Feedback(f"{key}: {got} ({QUESTIONS[key][1][got]}) does not hold: {WHY[key, got]}")
+    return "evidence comes from the grader's own channel, or there is none"
+check("what_counts", test)
+""")
+
+md("""
 ## Common mistakes
 
 * **`if returncode == 0: passed`.** Exit 0 is necessary, not sufficient: `os._exit(0)` fakes it.
@@ -254,7 +305,7 @@ md("""
 * **Counting a skip as a pass, or an error as "could not tell".** A skipped test did not pass (`failed`); a test
   in error ran and did not pass (`failed`).
 * **Trusting a report file the submission can write.** Evidence must come through a channel the grader owns and
-  checks for consistency.
+  checks for consistency (the third exercise).
 * **Substring or prefix tests on labels** (`"VERIFIED" in label`, `label.endswith("VERIFIED")`).
 
 ## Try this next
@@ -272,8 +323,8 @@ md("""
 * `verified` needs positive evidence, from a reporter the grader owns, that every expected test ran and passed;
   tests that ran and did not all pass are `failed`; anything that proves nothing is `unverified`; the deadline is
   `timed_out`.
-* The channel and nonce stop early exits, killed runs and forged files, not a deliberate forgery from inside the
-  same process.
+* The channel and nonce stop early exits, killed runs and forged files; keeping submission code out of pytest's
+  process (its own sandboxed process, plain data back) stops a deliberate forgery, as far as the isolation holds.
 * Compare labels and verdicts by equality: `"VERIFIED" in "TESTS UNVERIFIED"` is true.
 
 ## The real thing

@@ -176,6 +176,8 @@ check("signal_name", """
 def test():
     for code, wanted in [(-9, "SIGKILL"), (137, "SIGKILL"), (-11, "SIGSEGV"), (139, "SIGSEGV"), (0, None), (1, None)]:
         got = signal_name(code)
+        expect(got is not None or code <= 128, f"signal_name({code}) gave None: reading {code} as \\"error {code}\\", "
+               f"but a shell's {code} is 128 + {code - 128}, a signal ({wanted})")
         expect(got == wanted, f"signal_name({code}) gave {got!r}, expected {wanted!r}")
     return "137 means SIGKILL, wherever it comes from"
 check("signal_name", test)
@@ -216,13 +218,69 @@ check("read_small_file", test)
 """)
 
 md("""
+**`what_works()`**: three questions about what stops what. For each one, return the letter of the answer that works.
+""")
+
+exercise("what_works", """
+QUESTIONS = {
+    "secrets": ("What stops a child from reading a file its user can read?", {
+        "a": "RLIMIT_NOFILE=3: it cannot open many files",
+        "b": "RLIMIT_FSIZE=0: it cannot write files",
+        "c": "running it as another user who cannot read the file, or under Landlock",
+        "d": "a 1 s wall deadline"}),
+    "results": ("How should the parent take a result from a child?", {
+        "a": "pickle.loads of the child's stdout",
+        "b": "json.loads of the child's stdout",
+        "c": "eval of the child's stdout"}),
+    "plots": ("A child with no screen draws a plot with matplotlib. What makes that work?", {
+        "a": "nothing: matplotlib picks a backend from its configuration and the environment",
+        "b": "MPLBACKEND=Agg in the child's environment",
+        "c": "DISPLAY=:0 in the child's environment"}),
+}
+
+def what_works():
+    \"\"\"{question: the letter of the answer that works}, one entry per key of QUESTIONS.\"\"\"
+    ### BEGIN SOLUTION
+    # Limits are amounts, not access; JSON is data, never code; Agg draws into memory.
+    return {"secrets": "c", "results": "b", "plots": "b"}
+    ### END SOLUTION
+""")
+
+check("what_works", """
+ANSWERS = {"secrets": "c", "results": "b", "plots": "b"}
+WHY = {
+    ("secrets", "a"): "believing rlimits protect your files: a limit counts files, it never asks which",
+    ("secrets", "b"): "believing rlimits protect your files: RLIMIT_FSIZE limits writing, reading is untouched",
+    ("secrets", "d"): "a deadline limits time, not access: one second is plenty to read a file",
+    ("results", "a"): "unpickling what a child sends runs code the child chose: take JSON (or base64 of plain data)",
+    ("results", "c"): "eval of what a child sends runs its code: take JSON",
+    ("plots", "a"): "leaving matplotlib to pick a backend: with no screen a GUI backend fails or hangs, set MPLBACKEND=Agg",
+    ("plots", "c"): "DISPLAY names a screen the child cannot (and should not) reach: set MPLBACKEND=Agg",
+}
+
+def test():
+    guesses = what_works()
+    expect(isinstance(guesses, dict) and set(guesses) == set(QUESTIONS),
+           f"what_works() should return a dict with the keys {sorted(QUESTIONS)}")
+    for key, wanted in ANSWERS.items():
+        got = guesses[key]
+        expect(got in QUESTIONS[key][1], f"{key}: {got!r} is not one of the letters {sorted(QUESTIONS[key][1])}")
+        if got != wanted:
+            raise Feedback(f"{key}: {got} ({QUESTIONS[key][1][got]}) does not work: {WHY[key, got]}")
+    return "limits say how much; users, Landlock, JSON and Agg say what"
+check("what_works", test)
+""")
+
+md("""
 ## Common mistakes
 
 * **Believing rlimits protect your files.** They limit amounts, not access. Run children as an unprivileged user
-  with nothing valuable readable, or add Landlock or a mount namespace.
-* **Unpickling what a child sends.** Unpickling runs code; accept JSON, text or base64 of plain data.
-* **Leaving matplotlib to pick a backend.** With no display it may fail or hang; set `MPLBACKEND=Agg`.
-* **Reading 137 as "error 137".** It is a signal: find out who sent SIGKILL.
+  with nothing valuable readable, or add Landlock or a mount namespace (the third exercise).
+* **Unpickling what a child sends.** Unpickling runs code; accept JSON, text or base64 of plain data (the third
+  exercise).
+* **Leaving matplotlib to pick a backend.** It picks from its configuration and the environment; a GUI backend with
+  no screen fails or hangs. Set `MPLBACKEND=Agg` (the third exercise).
+* **Reading 137 as "error 137".** It is a signal (`128 + 9`, SIGKILL): find out who sent it (the first exercise).
 
 ## Try this next
 

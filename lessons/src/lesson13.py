@@ -95,8 +95,9 @@ md("""
 ## 3. `%%limits`: per-cell limits
 
 A first line `%%limits wall=... cpu=... memory=... output=...` changes the limits for that one cell (sizes like
-`256M`, times like `2.5s`). When a limit stops a cell you get an error with a name and a sentence, and the kernel
-lives on. The next three cells **fail on purpose** (they are tagged `raises-exception`, so "Run All" goes on).
+`256M`, times like `2.5s`); on any other line the kernel runs none of the cell and says `%%limits` works on the
+first line only. When a limit stops a cell you get an error with a name and a sentence, and the kernel lives on.
+Before raising a limit, ask why it was reached: a `cpu_limit` most often means a loop that never ends. The next three cells **fail on purpose** (they are tagged `raises-exception`, so "Run All" goes on).
 """)
 
 code("""
@@ -285,11 +286,17 @@ def outcome(status, **limits):
     return {"status": status, "exit_code": None, "signal": None, "limits": {**base, **limits}}
 
 def test():
+    given = {}
     for status, wanted in [("ok", None), ("error", None), ("crashed", None), ("interrupted", None),
                            ("cpu_limit", "cpu_time"), ("timed_out", "wall_time"), ("memory_limit", "memory"),
                            ("output_limit", "output")]:
         got = limit_hit(outcome(status))
+        if got != wanted and got in given.values() and got is not None:
+            same = next(other for other, answer in given.items() if answer == got)
+            raise Feedback(f"limit_hit gave {got!r} for both {same!r} and {status!r}: comparing statuses with `in` "
+                           "(\\"limit\\" in status is true for three statuses); compare with ==")
         expect(got == wanted, f"for a run with status {status!r} limit_hit gave {got!r}, expected {wanted!r}")
+        given[status] = got
     return "you can tell which limit stopped a run"
 check("limit_hit", test)
 """)
@@ -341,14 +348,68 @@ check("limits_line", test)
 """)
 
 md("""
+**`what_next()`**: three situations in the cellbox kernel. For each one, return the letter of what happens, or of
+what to do.
+""")
+
+exercise("what_next", """
+QUESTIONS = {
+    "second_line": ("A cell's first line is print('start') and its second line is %%limits wall=60. What happens?", {
+        "a": "it prints start, then runs the rest with a 60 s wall limit",
+        "b": "none of it runs: the kernel says %%limits works on the first line of a cell only",
+        "c": "the whole cell runs with a 60 s wall limit"}),
+    "thread": ("A cell starts a thread that sleeps 100 s, as t. What does t.is_alive() say in the next cell?", {
+        "a": "True: it is still sleeping",
+        "b": "False: the thread ended with the cell that started it",
+        "c": "NameError: t is gone"}),
+    "stopped": ("The cell i = 0 / while i < 10: total = i is stopped with cpu_limit. What do you do first?", {
+        "a": "put %%limits cpu=60 on its first line",
+        "b": "find why the loop never ends (i never grows)",
+        "c": "restart the kernel"}),
+}
+
+def what_next():
+    \"\"\"{question: the letter of what happens, or of what to do}, one entry per key of QUESTIONS.\"\"\"
+    ### BEGIN SOLUTION
+    # A cell magic is read on the first line only; names carry, threads and processes do not; fix the loop.
+    return {"second_line": "b", "thread": "b", "stopped": "b"}
+    ### END SOLUTION
+""")
+
+check("what_next", """
+ANSWERS = {"second_line": "b", "thread": "b", "stopped": "b"}
+WHY = {
+    ("second_line", "a"): "putting %%limits anywhere but the first line: it is a cell magic, the kernel refuses the cell",
+    ("second_line", "c"): "putting %%limits anywhere but the first line: it is a cell magic, the kernel refuses the cell",
+    ("thread", "a"): "keeping a thread for the next cell: threads and processes a cell started end with it",
+    ("thread", "c"): "names carry to later cells (t is there); the thread does not: it ended with its cell",
+    ("stopped", "a"): "raising limits instead of fixing the loop: i never grows, so no limit is enough",
+    ("stopped", "c"): "the kernel lives on after a stopped cell; the loop is what is wrong: i never grows",
+}
+
+def test():
+    guesses = what_next()
+    expect(isinstance(guesses, dict) and set(guesses) == set(QUESTIONS),
+           f"what_next() should return a dict with the keys {sorted(QUESTIONS)}")
+    for key, wanted in ANSWERS.items():
+        got = guesses[key]
+        expect(got in QUESTIONS[key][1], f"{key}: {got!r} is not one of the letters {sorted(QUESTIONS[key][1])}")
+        if got != wanted:
+            raise Feedback(f"{key}: {got} ({QUESTIONS[key][1][got]}) is not what happens: {WHY[key, got]}")
+    return "first line for %%limits, nothing but names between cells, and a loop to fix"
+check("what_next", test)
+""")
+
+md("""
 ## Common mistakes
 
-* **Putting `%%limits` anywhere but the first line.** It is a cell magic: first line only.
+* **Putting `%%limits` anywhere but the first line.** It is a cell magic: first line only (the third exercise).
 * **Keeping a server or a thread "for the next cell".** Processes and threads a cell started end with it; start
-  what you need in the cell that needs it.
-* **Comparing statuses with `in`.** `"limit" in status` is true for three different statuses; compare with `==`.
-* **Printing a float limit as it is.** `f"{2.0 * 2}"` is `"4.0"`; `%%limits` wants `wall=4`: format with `:g`.
-* **Raising limits instead of fixing the loop.** A `cpu_limit` usually means the loop never ends.
+  what you need in the cell that needs it (the third exercise).
+* **Comparing statuses with `in`.** `"limit" in status` is true for three different statuses; compare with `==` (the first exercise).
+* **Printing a float limit as it is.** `f"{2.0 * 2}"` is `"4.0"`; `%%limits` wants `wall=4`: format with `:g` (the second exercise).
+* **Raising limits instead of fixing the loop.** A `cpu_limit` usually means the loop never ends (the third
+  exercise).
 
 ## Try this next
 
