@@ -73,8 +73,9 @@ def test_install_writes_a_spec_whose_argv_carries_the_limits(tmp_path: Path, cap
     target = tmp_path / "share" / "jupyter" / "kernels" / "cellbox-short"
     assert capsys.readouterr().out == f"Installed kernelspec cellbox-short (Python 3 (short)) in {target}\n"
     spec = json.loads((target / "kernel.json").read_text())
+    # This interpreter, by its path: a Jupyter of another environment starts the one cellbox is in.
     assert spec["argv"] == [
-        "python",
+        sys.executable,
         "-m",
         "cellbox.kernel",
         "-f",

@@ -136,13 +136,21 @@ def _limit_argv(limits: Limits) -> list[str]:
 
 
 def kernel_json(
-    display_name: str = DEFAULT_DISPLAY_NAME, limits: Limits | None = None, settings: list[str] | None = None
+    display_name: str = DEFAULT_DISPLAY_NAME,
+    limits: Limits | None = None,
+    settings: list[str] | None = None,
+    executable: str = "python",
 ) -> dict[str, Any]:
     """The kernel.json content for a spec whose cells get ``limits`` by default.
 
     ``settings`` are more ``--CellboxKernel.NAME=VALUE`` arguments (isolation, network).
+    ``executable`` leads the argv: ``python`` for the spec shipped inside the
+    environment (jupyter_client puts its own interpreter there, so the spec
+    survives a moved environment), the absolute path of this interpreter for a
+    spec installed elsewhere (as ``ipykernel install`` does): a Jupyter of
+    another environment then starts this one, where cellbox is.
     """
-    argv = ["python", "-m", "cellbox.kernel", "-f", "{connection_file}"]
+    argv = [executable, "-m", "cellbox.kernel", "-f", "{connection_file}"]
     argv += _limit_argv(limits or Limits()) + list(settings or [])
     return {
         "argv": argv,
@@ -158,11 +166,12 @@ def write_spec(
     display_name: str = DEFAULT_DISPLAY_NAME,
     limits: Limits | None = None,
     settings: list[str] | None = None,
+    executable: str = "python",
 ) -> Path:
     """Write kernel.json and the logos into ``directory`` (created if missing); return it."""
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
-    spec = kernel_json(display_name, limits, settings)
+    spec = kernel_json(display_name, limits, settings, executable)
     (path / "kernel.json").write_text(json.dumps(spec, indent=1) + "\n", encoding="utf-8")
     (path / "logo-32x32.png").write_bytes(logo_png(32))
     (path / "logo-64x64.png").write_bytes(logo_png(64))
@@ -221,7 +230,7 @@ def _cmd_install(args: argparse.Namespace) -> int:
     settings += [f"--CellboxKernel.start_method={args.start_method}"] if args.start_method else []
     display = args.display_name or ("Python 3 (cellbox)" if args.name == DEFAULT_NAME else f"Python 3 ({args.name})")
     with tempfile.TemporaryDirectory() as tmp:
-        source = write_spec(Path(tmp) / args.name, display, limits, settings)
+        source = write_spec(Path(tmp) / args.name, display, limits, settings, sys.executable)
         try:
             dest = KernelSpecManager().install_kernel_spec(
                 str(source),
