@@ -1,0 +1,342 @@
+"""Attacks that still break a promise of the docs: each test fails (xfail, strict) until the hole is closed.
+
+Each test names the promise it breaks (the doc line) and asserts what the promise says; remove its
+``xfail`` mark when the fix lands.  They run as root and as a normal user; where a test needs root it says so.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import socket
+import stat
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cellbox.sandbox import run
+from cellbox.sandbox.isolation import Isolation, landlock_abi, probe
+from cellbox.sandbox.limits import Limits
+from cellbox.sandbox.outcome import Status
+from kernelkit import execute, running_kernel
+
+LIMITS = Limits(wall_time=20, cpu_time=10)
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="checks a run of root")
+
+
+def hide_bubblewrap(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Runs of this test find no bwrap: not on PATH, nor where Debian puts it."""
+    (tmp_path / "nobin").mkdir(exist_ok=True)
+    monkeypatch.setenv("PATH", str(tmp_path / "nobin"))
+    monkeypatch.setattr("cellbox.sandbox.isolation.BWRAP_FALLBACK", str(tmp_path / "nobin" / "bwrap"))
+
+
+def require_landlock() -> None:
+    if not probe().available("landlock"):
+        pytest.skip("needs Landlock")
+
+
+@pytest.fixture
+def victim() -> Iterator[Path]:
+    """A directory of this test's user outside every run (mode 0o755), with a file in it (mode 0o600)."""
+    folder = Path(tempfile.mkdtemp(prefix="cellbox-victim-", dir="/var/tmp"))
+    folder.chmod(0o755)
+    (folder / "secret").write_text("secret\n")
+    (folder / "secret").chmod(0o600)
+    try:
+        yield folder
+    finally:
+        folder.chmod(0o700)
+        for entry in folder.iterdir():
+            entry.unlink()
+        folder.rmdir()
+
+
+# ------------------------------------------------------------------ the task directory's removal follows symlinks
+
+PLANT_IN_HOME = """
+import os, sys
+os.symlink(sys.argv[1], os.path.join(os.environ["HOME"], "link"))
+print("planted")
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="TaskDirectory.remove() chmods 0o700 the target of a symlink a run left")
+@pytest.mark.parametrize("isolation", ["none", "auto", "keep-root"])
+def test_a_run_cannot_make_its_caller_chmod_a_host_directory(victim: Path, isolation: str) -> None:
+    # Promise (docs/run.md): the program "owns root's files ... and nothing more"; (README) "nothing it
+    # started stays alive" and the task directory is thrown away.  After the run, the caller's
+    # TaskDirectory.remove() walks the task directory and chmods every entry of os.walk's `dirs` (which
+    # lists symlinks to directories) with os.chmod, which follows the link: as root, `ln -s / $HOME/x`
+    # turns the host's / (or /etc, /usr, /tmp) into mode 0700.
+    chosen = Isolation.auto(keep_root=True) if isolation == "keep-root" else isolation
+    with tempfile.TemporaryDirectory() as work:
+        os.chmod(work, 0o777)  # as root, `auto` alone runs the program as nobody
+        outcome = run([sys.executable, "-c", PLANT_IN_HOME, str(victim)], isolation=chosen, cwd=work, limits=LIMITS)
+    assert outcome.stdout == "planted\n", outcome.stderr
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o755
+
+
+@pytest.mark.xfail(strict=True, reason="the kernel's task directory removal chmods through a cell's symlink")
+def test_a_cell_cannot_make_the_kernel_chmod_a_host_directory(victim: Path, tmp_path: Path) -> None:
+    # Promise (docs/kernel.md): a cell sees "nothing of the user's home ... or the kernel process"; the
+    # task directory "is removed when the kernel shuts down".  The kernel (root, or the user, outside
+    # every sandbox) chmods the symlink's target to 0o700 on shutdown.
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (_km, kc):
+        reply = execute(kc, f"import os; os.symlink({str(victim)!r}, os.environ['HOME'] + '/link'); print('planted')")
+        assert reply.stream() == "planted\n", reply.traceback
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o755
+
+
+# ------------------------------------------------------------------ the kernel writes its cell spec through a symlink
+
+SWAP_TMPDIR = """
+import os, shutil
+shutil.rmtree(os.environ["TMPDIR"])
+os.symlink({target!r}, os.environ["TMPDIR"])
+print("planted")
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="the kernel's mkstemp(dir=task.tmp) follows a tmp/ a cell made a symlink")
+def test_a_cell_cannot_make_the_kernel_write_outside_the_task_directory(victim: Path, tmp_path: Path) -> None:
+    # Promise (kernel.py): "A new file (O_EXCL), never a path a cell could have made a symlink."  A cell
+    # replaces the task's tmp/ with a symlink to any host directory; the kernel (root, or the user, outside
+    # every sandbox) then writes the next cell's spec there: a 0o644 file holding that cell's code.  As
+    # root, with the target /etc (in the view), the next cell swaps tmp/ again while it runs, so the
+    # kernel's unlink misses and /etc/cellbox-cell-*.json stays, owned by root.  Here the directory's
+    # mtime shows the kernel's create and unlink.
+    before = victim.stat().st_mtime_ns
+    time.sleep(0.05)
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (_km, kc):
+        first = execute(kc, SWAP_TMPDIR.format(target=str(victim)))
+        assert first.stream() == "planted\n", first.traceback
+        execute(kc, "print('next')")
+    assert sorted(entry.name for entry in victim.iterdir()) == ["secret"]
+    assert victim.stat().st_mtime_ns == before
+
+
+# ------------------------------------------------------------------ root kept without bubblewrap: chmod of root's files
+
+CHMOD_HOST_FILES = """
+import os, sys
+folder = sys.argv[1]
+for name, action in (
+    ("chmod-dir", lambda: os.chmod(folder, 0o777)),
+    ("chmod-secret", lambda: os.chmod(folder + "/secret", 0o666)),
+    ("setuid", lambda: os.chmod(folder + "/secret", 0o4755)),
+    ("utime", lambda: os.utime(folder + "/secret", (0, 0))),
+):
+    try:
+        action()
+        print(name, "done")
+    except OSError as exc:
+        print(name, type(exc).__name__)
+"""
+
+
+@root_only
+@pytest.mark.xfail(strict=True, reason="Landlock has no right for chmod/utime: uid 0 still owns every root file")
+def test_root_kept_without_bubblewrap_cannot_chmod_root_files(
+    victim: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Promise (docs/run.md, Running as root): "It owns root's files, so it works in a root-owned working
+    # directory ..., and nothing more".  Without bubblewrap the program keeps uid 0 with its capabilities
+    # dropped, but chmod(2) needs only ownership: it sets the set-user-ID bit on any root-owned program
+    # (`chmod 4755 /usr/bin/python3.11` is root for every local user) or opens /etc/shadow to all.
+    require_landlock()
+    if landlock_abi() < 6:
+        pytest.skip("keep_root without bubblewrap needs Landlock's signal scope")
+    hide_bubblewrap(monkeypatch, tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    outcome = run(
+        ["/usr/bin/python3", "-c", CHMOD_HOST_FILES, str(victim)],
+        isolation=Isolation.auto(keep_root=True),
+        cwd=str(work),
+        limits=LIMITS,
+    )
+    assert outcome.status is Status.OK, outcome.stderr
+    assert outcome.stdout.splitlines() == [
+        "chmod-dir PermissionError",
+        "chmod-secret PermissionError",
+        "setuid PermissionError",
+        "utime PermissionError",
+    ]
+    assert stat.S_IMODE((victim / "secret").stat().st_mode) == 0o600
+
+
+# ------------------------------------------------------------------ without bubblewrap: what still reaches the host
+
+DGRAM_TO_HOST = """
+import socket, sys
+a, _ = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+for name, action in (
+    ("sendto", lambda: a.sendto(b"escaped-sendto", sys.argv[1])),
+    ("connect", lambda: (a.connect(sys.argv[1]), a.send(b"escaped-connect"))),
+):
+    try:
+        action()
+        print(name, "done")
+    except OSError as exc:
+        print(name, type(exc).__name__)
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="a socketpair's datagram end may sendto/connect any pathname unix socket")
+@pytest.mark.parametrize("keep_root", [False, True], ids=["default", "keep-root"])
+def test_without_bubblewrap_no_datagram_reaches_a_host_unix_socket(
+    keep_root: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Promise (docs/isolation.md): "socketpair(2) stays allowed: its ends reach nothing outside the run".
+    # An AF_UNIX SOCK_DGRAM end of a socketpair is not bound to its peer: sendto() with an address, or
+    # connect(), reaches any datagram listener of the host (/dev/log, journald's socket, systemd's notify).
+    if keep_root and (os.geteuid() != 0 or landlock_abi() < 6):
+        pytest.skip("keep_root is root's, and needs Landlock's signal scope without bubblewrap")
+    require_landlock()
+    hide_bubblewrap(monkeypatch, tmp_path)
+    folder = Path(tempfile.mkdtemp(dir="/tmp"))
+    folder.chmod(0o755)
+    path = str(folder / "host.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(path)
+    os.chmod(path, 0o777)
+    listener.setblocking(False)
+    got = []
+    try:
+        with tempfile.TemporaryDirectory(dir="/tmp") as work:
+            os.chmod(work, 0o1777)
+            outcome = run(
+                ["/usr/bin/python3", "-c", DGRAM_TO_HOST, path],
+                isolation=Isolation.auto(keep_root=keep_root),
+                cwd=work,
+                limits=LIMITS,
+            )
+        while True:
+            try:
+                got.append(listener.recv(64))
+            except BlockingIOError:
+                break
+    finally:
+        listener.close()
+        os.unlink(path)
+        folder.rmdir()
+    assert outcome.status is Status.OK, outcome.stderr
+    assert "syscall-filter" in outcome.isolation
+    assert got == []
+
+
+libc = ctypes.CDLL(None, use_errno=True)
+IPC_RMID = 0
+
+
+SYSV_AND_KEYRING = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+key = int(sys.argv[1])
+print("shm", libc.shmget(key, 4096, 0o1000 | 0o666) >= 0)
+print("msg", libc.msgget(key, 0o1000 | 0o666) >= 0)
+# add_key(2) into the user's keyring (KEY_SPEC_USER_KEYRING), shared by every process of this uid.
+print("key", libc.syscall(248, b"user", sys.argv[2].encode(), b"left", 4, ctypes.c_int(-4)) >= 0)
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="without bubblewrap a run shares the host's System V IPC and keyrings")
+def test_without_bubblewrap_no_shared_memory_or_key_is_left_on_the_host(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Promise (docs/isolation.md): "No socket, shared memory or device of the host" (a file left in the
+    # host's /dev/shm is refused).  System V shared memory and message queues (shmget/msgget) and the
+    # user's keyring (add_key) are not: a run leaves them after its end, readable and writable by every
+    # later run and by host processes of the same uid (root's, when the program keeps uid 0).
+    require_landlock()
+    hide_bubblewrap(monkeypatch, tmp_path)
+    key = 0x0CE11000 | (uuid.uuid4().int & 0xFFF)
+    description = f"cellbox-test-{uuid.uuid4().hex}"
+    with tempfile.TemporaryDirectory(dir="/tmp") as work:
+        os.chmod(work, 0o1777)
+        outcome = run(
+            ["/usr/bin/python3", "-c", SYSV_AND_KEYRING, str(key), description],
+            isolation=Isolation.auto(keep_root=os.geteuid() == 0 and landlock_abi() >= 6),
+            cwd=work,
+            limits=LIMITS,
+        )
+    left = []
+    shm = libc.shmget(key, 0, 0)
+    if shm >= 0:
+        left.append("shm")
+        libc.shmctl(shm, IPC_RMID, None)
+    msg = libc.msgget(key, 0)
+    if msg >= 0:
+        left.append("msg")
+        libc.msgctl(msg, IPC_RMID, None)
+    found = libc.syscall(250, 10, ctypes.c_int(-4), b"user", description.encode(), 0)  # KEYCTL_SEARCH
+    if found >= 0:
+        left.append("key")
+        libc.syscall(250, 9, found, ctypes.c_int(-4))  # KEYCTL_UNLINK
+    assert outcome.status is Status.OK, outcome.stderr
+    assert left == []
+
+
+# ------------------------------------------------------------------ nested user namespaces: capabilities regained
+
+NESTED_USERNS = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER
+    print("unshare refused", ctypes.get_errno())
+else:
+    status = open("/proc/self/status").read()
+    print("unshare done CapEff", status.split("CapEff:")[1].split()[0])
+"""
+
+
+@pytest.mark.parametrize(
+    "bubblewrap",
+    [
+        pytest.param(
+            True,
+            id="bwrap",
+            marks=pytest.mark.xfail(
+                os.geteuid() == 0, strict=True, reason="as root, bwrap never gets --disable-userns"
+            ),
+        ),
+        pytest.param(
+            False,
+            id="no-bwrap",
+            marks=pytest.mark.xfail(strict=True, reason="without bwrap nothing refuses unshare(CLONE_NEWUSER)"),
+        ),
+    ],
+)
+def test_a_run_cannot_regain_capabilities_in_a_user_namespace(
+    bubblewrap: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Promise (docs/run.md): "with its capabilities dropped for good"; (isolation.py) "nested ones are
+    # refused, so the child cannot regain powers in its own".  Support.disable_userns is computed
+    # `not as_root and ...`, so as root the keep_root branch never adds --disable-userns, and without
+    # bubblewrap no layer refuses unshare(CLONE_NEWUSER): the program holds a full capability set (in
+    # a namespace of its own; Landlock still forbids mounts), and the kernel's user-namespace attack
+    # surface, which the docs leave to "a kernel exploit", is open.
+    if bubblewrap:
+        if not probe().available("user"):
+            pytest.skip("needs bubblewrap's user layer")
+    else:
+        require_landlock()
+        hide_bubblewrap(monkeypatch, tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    work.chmod(0o777)
+    keep_root = os.geteuid() == 0 and landlock_abi() >= 6
+    outcome = run(
+        [sys.executable if bubblewrap else "/usr/bin/python3", "-c", NESTED_USERNS],
+        isolation=Isolation.auto(keep_root=keep_root),
+        cwd=str(work),
+        limits=LIMITS,
+    )
+    assert outcome.status is Status.OK, outcome.stderr
+    assert outcome.stdout.startswith("unshare refused"), outcome.stdout
