@@ -340,3 +340,35 @@ def test_a_run_cannot_regain_capabilities_in_a_user_namespace(
     )
     assert outcome.status is Status.OK, outcome.stderr
     assert outcome.stdout.startswith("unshare refused"), outcome.stdout
+
+
+# ------------------------------------------------------------------ the grader, through a submission's symlink
+
+PLANTING_SUBMISSION = """
+import os
+os.symlink({target!r}, os.path.join(os.environ["HOME"], "link"))
+
+
+def add(a, b):
+    return a + b
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="the grader's task directory removal chmods through a submission's symlink")
+def test_a_submission_cannot_make_the_grader_chmod_a_host_directory(victim: Path, tmp_path: Path) -> None:
+    # Promise (docs/grading.md): "Each submission is graded in its own task directory"; the submission
+    # "runs in its own sandboxed process (the same limits and isolation as `cellbox run`)".  Its import
+    # leaves $HOME/link -> any host directory, and the grader (root in CI) chmods it to 0o700 when it
+    # removes the task directory: `-> /` locks every other user out of the machine.
+    from cellbox.cli import main
+
+    (tmp_path / "subs").mkdir()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "subs" / "evil.py").write_text(PLANTING_SUBMISSION.format(target=str(victim)))
+    (tmp_path / "tests" / "test_add.py").write_text(
+        "import submission\n\n\ndef test_add():\n    assert submission.add(1, 2) == 3\n"
+    )
+    status = main(["grade", str(tmp_path / "subs"), "--tests", str(tmp_path / "tests"), "--out", str(tmp_path / "out")])
+    assert status == 0
+    assert "evil,verified" in (tmp_path / "out" / "grades.csv").read_text()
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o755
