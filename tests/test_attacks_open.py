@@ -372,3 +372,28 @@ def test_a_submission_cannot_make_the_grader_chmod_a_host_directory(victim: Path
     assert status == 0
     assert "evil,verified" in (tmp_path / "out" / "grades.csv").read_text()
     assert stat.S_IMODE(victim.stat().st_mode) == 0o755
+
+
+@pytest.mark.xfail(strict=True, reason="two submission ids that match one student (case, or a Canvas ID) give two rows")
+def test_canvas_gradebook_has_one_row_per_student(tmp_path: Path) -> None:
+    # Promise (docs/gradebooks.md): "--canvas-roster ... copies each student's Student, ID ... matching the
+    # submission's id ... to the student's SIS Login ID, SIS User ID or ID, without regard to case".  A
+    # submission named ADA.py (or 101.py, Ada's Canvas ID) is matched to Ada too: canvas.csv then holds two
+    # rows for her, 0.00 and 100.00, without a warning, and the import keeps whichever Canvas takes.
+    from cellbox.cli import main
+
+    subs, tests = tmp_path / "subs", tmp_path / "tests"
+    subs.mkdir()
+    tests.mkdir()
+    (subs / "ada.py").write_text("def add(a, b):\n    return a + b\n")
+    (subs / "ADA.py").write_text("def add(a, b):\n    return 0\n")
+    (tests / "test_add.py").write_text("import submission\n\n\ndef test_add():\n    assert submission.add(1, 2) == 3\n")
+    roster = tmp_path / "roster.csv"
+    roster.write_text(
+        'Student,ID,SIS User ID,SIS Login ID,Section,Lab (1)\nPoints Possible,,,,,100\n"Lovelace, Ada",101,S-1,ada,A,\n'
+    )
+    out = tmp_path / "out"
+    argv = ["grade", str(subs), "--tests", str(tests), "--out", str(out), "--format", "canvas"]
+    assert main([*argv, "--canvas-roster", str(roster)]) == 0
+    rows = (out / "canvas.csv").read_text().splitlines()[2:]
+    assert [row for row in rows if row.startswith('"Lovelace, Ada"')] == ['"Lovelace, Ada",101,S-1,ada,A,100.00']
