@@ -6,14 +6,12 @@ Each test names the promise it breaks (the doc line) and asserts what the promis
 
 from __future__ import annotations
 
-import ctypes
 import os
 import socket
 import stat
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -229,58 +227,6 @@ def test_without_bubblewrap_no_datagram_reaches_a_host_unix_socket(
     assert outcome.status is Status.OK, outcome.stderr
     assert "syscall-filter" in outcome.isolation
     assert got == []
-
-
-libc = ctypes.CDLL(None, use_errno=True)
-IPC_RMID = 0
-
-
-SYSV_AND_KEYRING = """
-import ctypes, sys
-libc = ctypes.CDLL(None, use_errno=True)
-key = int(sys.argv[1])
-print("shm", libc.shmget(key, 4096, 0o1000 | 0o666) >= 0)
-print("msg", libc.msgget(key, 0o1000 | 0o666) >= 0)
-# add_key(2) into the user's keyring (KEY_SPEC_USER_KEYRING), shared by every process of this uid.
-print("key", libc.syscall(248, b"user", sys.argv[2].encode(), b"left", 4, ctypes.c_int(-4)) >= 0)
-"""
-
-
-@pytest.mark.xfail(strict=True, reason="without bubblewrap a run shares the host's System V IPC and keyrings")
-def test_without_bubblewrap_no_shared_memory_or_key_is_left_on_the_host(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    # Promise (docs/isolation.md): "No socket, shared memory or device of the host" (a file left in the
-    # host's /dev/shm is refused).  System V shared memory and message queues (shmget/msgget) and the
-    # user's keyring (add_key) are not: a run leaves them after its end, readable and writable by every
-    # later run and by host processes of the same uid (root's, when the program keeps uid 0).
-    require_landlock()
-    hide_bubblewrap(monkeypatch, tmp_path)
-    key = 0x0CE11000 | (uuid.uuid4().int & 0xFFF)
-    description = f"cellbox-test-{uuid.uuid4().hex}"
-    with tempfile.TemporaryDirectory(dir="/tmp") as work:
-        os.chmod(work, 0o1777)
-        outcome = run(
-            ["/usr/bin/python3", "-c", SYSV_AND_KEYRING, str(key), description],
-            isolation=Isolation.auto(keep_root=os.geteuid() == 0 and landlock_abi() >= 6),
-            cwd=work,
-            limits=LIMITS,
-        )
-    left = []
-    shm = libc.shmget(key, 0, 0)
-    if shm >= 0:
-        left.append("shm")
-        libc.shmctl(shm, IPC_RMID, None)
-    msg = libc.msgget(key, 0)
-    if msg >= 0:
-        left.append("msg")
-        libc.msgctl(msg, IPC_RMID, None)
-    found = libc.syscall(250, 10, ctypes.c_int(-4), b"user", description.encode(), 0)  # KEYCTL_SEARCH
-    if found >= 0:
-        left.append("key")
-        libc.syscall(250, 9, found, ctypes.c_int(-4))  # KEYCTL_UNLINK
-    assert outcome.status is Status.OK, outcome.stderr
-    assert left == []
 
 
 # ------------------------------------------------------------------ nested user namespaces: capabilities regained

@@ -36,6 +36,7 @@ from cellbox.sandbox.environment import TaskDirectory
 from cellbox.sandbox.isolation import (
     BWRAP_LAYERS,
     LAYERS,
+    REFUSAL_WORDS,
     UNPRIVILEGED_USER,
     Isolation,
     IsolationError,
@@ -927,7 +928,7 @@ def test_with_bubblewrap_no_socket_shared_memory_or_device_reaches_the_host(
 def test_without_libseccomp_the_notes_say_sockets_reach_the_host(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    def no_library(*_args: object) -> bytes:
+    def no_library(*_args: object, **_kwargs: object) -> bytes:
         raise OSError("libseccomp is not available (Unable to find libseccomp)")
 
     monkeypatch.setattr("cellbox.sandbox.isolation.socket_filter", no_library)
@@ -938,6 +939,8 @@ def test_without_libseccomp_the_notes_say_sockets_reach_the_host(
         "net: UDP and unix sockets still reach the host (Landlock refuses TCP only; "
         "no syscall filter: libseccomp is not available (Unable to find libseccomp))"
     ) in plan.notes
+    refused = "syscall filter: not applied (libseccomp is not available (Unable to find libseccomp)): "
+    assert any(note.startswith(refused + REFUSAL_WORDS["ipc"]) for note in plan.notes), plan.notes
 
 
 def test_syscall_filter_refuses_io_uring_whose_sockets_bypass_it(
@@ -1013,3 +1016,60 @@ def test_root_kept_without_bubblewrap_or_signal_scope_runs_as_nobody(monkeypatch
     ) in plan.notes
     monkeypatch.setattr("cellbox.sandbox.isolation.landlock_abi", lambda: 6)
     assert make_plan(Isolation.auto(keep_root=True), support, user=None).user is None
+
+
+# --------------------------------------------------------------------------- the filter's walls without bubblewrap
+
+WALL_LIMITS = Limits(wall_time=20, cpu_time=10)
+
+
+SYSV_MQUEUE_AND_KEYS = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+rt = ctypes.CDLL("librt.so.1", use_errno=True)
+key, description = int(sys.argv[1]), sys.argv[2]
+calls = (
+    ("shmget", lambda: libc.shmget(key, 4096, 0o1000 | 0o666)),
+    ("msgget", lambda: libc.msgget(key, 0o1000 | 0o666)),
+    ("semget", lambda: libc.semget(key, 1, 0o1000 | 0o666)),
+    ("mq_open", lambda: rt.mq_open(b"/" + description.encode(), 0o100 | 2, 0o666, None)),
+    # add_key(2) into the user's keyring (KEY_SPEC_USER_KEYRING), shared by every process of this uid.
+    ("add_key", lambda: libc.syscall(248, b"user", description.encode(), b"left", 4, ctypes.c_int(-4))),
+    ("request_key", lambda: libc.syscall(249, b"user", description.encode(), None, 0)),
+    ("keyctl", lambda: libc.syscall(250, 0, ctypes.c_int(-4), 0)),  # KEYCTL_GET_KEYRING_ID
+)
+for name, call in calls:
+    result = call()
+    print(name, "done" if result >= 0 else ctypes.get_errno())
+"""
+
+
+def _sysv_keys(kind: str) -> set[int]:
+    """The keys of the host's System V objects of ``kind`` (shm, msg, sem), as ipcs(1) reads them."""
+    with open(f"/proc/sysvipc/{kind}") as f:
+        return {int(line.split()[0]) for line in f.read().splitlines()[1:] if line.strip()}
+
+
+def test_without_bubblewrap_no_ipc_object_or_key_outlives_the_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # No IPC namespace without bubblewrap: System V objects, POSIX message queues and the user's keys
+    # would stay after the run, shared with every process of its uid; the filter refuses them (EPERM).
+    require_landlock_abi(1, "Landlock")
+    hide_bubblewrap(monkeypatch, tmp_path / "bin")
+    key = 0x0CE11000 | (uuid.uuid4().int & 0xFFF)
+    description = f"cellbox-test-{uuid.uuid4().hex}"
+    with tempfile.TemporaryDirectory(dir="/tmp") as work:
+        os.chmod(work, 0o1777)
+        outcome = run(
+            ["/usr/bin/python3", "-c", SYSV_MQUEUE_AND_KEYS, str(key), description],
+            isolation=Isolation.auto(keep_root=os.geteuid() == 0 and landlock_abi() >= 6),
+            cwd=work,
+            limits=WALL_LIMITS,
+        )
+    assert outcome.status is Status.OK, outcome.stderr
+    names = ["shmget", "msgget", "semget", "mq_open", "add_key", "request_key", "keyctl"]
+    assert outcome.stdout.splitlines() == [f"{name} 1" for name in names]  # EPERM
+    assert all(key not in _sysv_keys(kind) for kind in ("shm", "msg", "sem"))
+    assert not os.path.exists(f"/dev/mqueue/{description}")
+    assert "syscall-filter" in outcome.isolation

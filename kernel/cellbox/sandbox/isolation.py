@@ -54,6 +54,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import dataclasses
+import errno
 import functools
 import os
 import pwd
@@ -63,6 +64,7 @@ import subprocess
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "Isolation",
@@ -423,6 +425,7 @@ class Plan:
         notes: sentences for the run's ``Outcome.notes``.
         sockets: ``(inet, unix)``, the socket families the syscall filter refuses
             (``syscall-filter`` in ``layers`` when the filter is given).
+        refuse: the other groups of calls it refuses (keys of :data:`REFUSALS`).
     """
 
     layers: list[str]
@@ -430,6 +433,7 @@ class Plan:
     user: str | int | None
     notes: list[str] = dataclasses.field(default_factory=list)
     sockets: tuple[bool, bool] = (False, False)
+    refuse: tuple[str, ...] = ()
 
 
 def make_plan(isolation: Isolation, support: Support, *, user: str | int | None) -> Plan:
@@ -466,18 +470,37 @@ def make_plan(isolation: Isolation, support: Support, *, user: str | int | None)
             "signal scope (ABI 6, Linux 6.12) uid 0 could still signal root's processes"
         )
     sockets = _sockets_to_deny(isolation, layers)
-    if any(sockets):
+    refuse = _calls_to_refuse(isolation, bwrapped=bool(bwrapped))
+    if any(sockets) or refuse:
         blocked = socket_filter_missing()
         if blocked is None:
             layers.append("syscall-filter")
-        else:
+        elif any(sockets):
             reach = " and ".join(w for w, deny in zip(("UDP", "unix sockets"), sockets, strict=True) if deny)
             notes.append(f"net: {reach} still reach the host (Landlock refuses TCP only; no syscall filter: {blocked})")
+        if blocked is not None and refuse:
+            notes.append(f"syscall filter: not applied ({blocked}): {', '.join(REFUSAL_WORDS[g] for g in refuse)}")
     if support.as_root and "user" in layers and "fs" not in layers and run_as is not None:
         notes.append(
             f"user: without the fs layer, {run_as} must reach the interpreter and the working directory by itself"
         )
-    return Plan(layers=layers, missing=missing, user=run_as, notes=notes, sockets=sockets)
+    return Plan(layers=layers, missing=missing, user=run_as, notes=notes, sockets=sockets, refuse=refuse)
+
+
+# What a run may do when the filter of a group is missing, for its note.
+REFUSAL_WORDS = {
+    "ipc": "System V IPC, POSIX message queues and kernel keys outlive the run",
+}
+
+
+def _calls_to_refuse(isolation: Isolation, *, bwrapped: bool) -> tuple[str, ...]:
+    """The groups of :data:`REFUSALS` a run's filter needs: one for each wall bubblewrap would have given.
+
+    ``ipc`` whenever bubblewrap is not in front of the run (no IPC namespace).
+    """
+    if not isolation.wanted or bwrapped:
+        return ()
+    return ("ipc",)
 
 
 def _sockets_to_deny(isolation: Isolation, layers: list[str]) -> tuple[bool, bool]:
@@ -500,15 +523,21 @@ def _sockets_to_deny(isolation: Isolation, layers: list[str]) -> tuple[bool, boo
 # kernel's own), and AF_INET/AF_INET6 (2, 10) too when the network is off.  socketpair(2) stays
 # allowed: its two ends reach nothing outside the run (asyncio, multiprocessing.Pipe, the session).
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
+# The groups of calls the filter may refuse besides sockets (Plan.refuse), each for one wall a run lacks.
+REFUSALS = {
+    # No IPC namespace (bubblewrap's --unshare-ipc): System V objects, POSIX message queues and
+    # kernel keys would outlive the run, shared with the host's processes of the same uid.
+    "ipc": ("shmget", "msgget", "semget", "mq_open", "add_key", "request_key", "keyctl"),
+}
 # Families above AF_NETLINK are refused with one "greater or equal" rule.
 AF_FIRST_ABOVE_NETLINK = 17
 # mknod(2) and mknodat(2) of a character or block device (S_IFCHR, S_IFBLK under S_IFMT).
 S_IFMT, S_IFCHR, S_IFBLK = 0o170000, 0o020000, 0o060000
 
 
-@functools.lru_cache(maxsize=4)
-def socket_filter(inet: bool = True, unix: bool = True) -> bytes:
-    """The seccomp filter of a run that lacks the net or fs layer, as a BPF program (bytes).
+@functools.lru_cache(maxsize=8)
+def socket_filter(inet: bool = True, unix: bool = True, refuse: tuple[str, ...] = ()) -> bytes:
+    """The seccomp filter of a run that lacks a wall (net, fs or ipc), as a BPF program (bytes).
 
     Built with libseccomp (the ``pyseccomp`` bindings, over Debian's
     ``libseccomp2``), loaded by the launcher just before exec
@@ -520,7 +549,15 @@ def socket_filter(inet: bool = True, unix: bool = True) -> bytes:
       AF_INET6 too when ``inet`` (no UDP datagram leaves: the network is off);
     - ``mknod(2)``/``mknodat(2)`` of a device node;
     - io_uring (``io_uring_setup(2)`` and the rest), whose operations, sockets
-      included, never pass through seccomp.
+      included, never pass through seccomp;
+    - each group named in ``refuse`` (keys of :data:`REFUSALS`): ``ipc``
+      (System V IPC, POSIX message queues, kernel keys).  A call this
+      libseccomp does not know is left out.
+
+    Args:
+        inet: refuse AF_INET and AF_INET6 sockets (the network is off).
+        unix: refuse AF_UNIX sockets.
+        refuse: names of :data:`REFUSALS`, in any order.
 
     Arguments are compared on their low 32 bits, as the kernel reads an
     ``int`` (a family with high bits set is the same family).  A program
@@ -529,12 +566,16 @@ def socket_filter(inet: bool = True, unix: bool = True) -> bytes:
     Raises:
         OSError: libseccomp or its bindings are missing, or refused the filter
             (:func:`socket_filter_missing` says which, in a sentence).
+        ValueError: a name in ``refuse`` that is not in :data:`REFUSALS`.
     """
+    unknown = [name for name in refuse if name not in REFUSALS]
+    if unknown:
+        raise ValueError(f"unknown syscall group {unknown[0]!r}; use some of {', '.join(REFUSALS)}")
     try:
         import pyseccomp as seccomp
     except (ImportError, RuntimeError) as exc:
         raise OSError(f"libseccomp is not available ({exc})") from None
-    deny = seccomp.ERRNO(1)  # EPERM
+    deny = seccomp.ERRNO(errno.EPERM)
     low = 0xFFFF_FFFF
     rules = seccomp.SyscallFilter(seccomp.ALLOW)
     allowed = {AF_NETLINK, *(() if inet else (AF_INET, AF_INET6)), *(() if unix else (AF_UNIX,))}
@@ -548,6 +589,9 @@ def socket_filter(inet: bool = True, unix: bool = True) -> bytes:
             rules.add_rule(deny, call, seccomp.Arg(mode_arg, seccomp.MASKED_EQ, S_IFMT, kind))
     for call in ("io_uring_setup", "io_uring_enter", "io_uring_register"):
         rules.add_rule(deny, call)
+    for group in dict.fromkeys(refuse):
+        for call in REFUSALS[group]:
+            _refuse_if_known(seccomp, rules, deny, call)
     read_end, write_end = os.pipe()
     try:
         with os.fdopen(write_end, "wb") as out:
@@ -563,10 +607,16 @@ def socket_filter(inet: bool = True, unix: bool = True) -> bytes:
         raise
 
 
+def _refuse_if_known(seccomp: Any, rules: Any, action: Any, call: str) -> None:
+    """Refuse ``call`` with ``action``; a call this libseccomp has no number for is left out."""
+    if seccomp.resolve_syscall(seccomp.Arch.NATIVE, call) >= 0:
+        rules.add_rule(action, call)
+
+
 def socket_filter_missing() -> str | None:
     """Why this machine cannot give :func:`socket_filter`, or ``None`` when it can."""
     try:
-        socket_filter()
+        socket_filter(refuse=tuple(REFUSALS))
     except OSError as exc:
         return str(exc.strerror or exc)
     return None
