@@ -119,56 +119,6 @@ def test_a_cell_cannot_make_the_kernel_write_outside_the_task_directory(victim: 
     assert victim.stat().st_mtime_ns == before
 
 
-# ------------------------------------------------------------------ root kept without bubblewrap: chmod of root's files
-
-CHMOD_HOST_FILES = """
-import os, sys
-folder = sys.argv[1]
-for name, action in (
-    ("chmod-dir", lambda: os.chmod(folder, 0o777)),
-    ("chmod-secret", lambda: os.chmod(folder + "/secret", 0o666)),
-    ("setuid", lambda: os.chmod(folder + "/secret", 0o4755)),
-    ("utime", lambda: os.utime(folder + "/secret", (0, 0))),
-):
-    try:
-        action()
-        print(name, "done")
-    except OSError as exc:
-        print(name, type(exc).__name__)
-"""
-
-
-@root_only
-@pytest.mark.xfail(strict=True, reason="Landlock has no right for chmod/utime: uid 0 still owns every root file")
-def test_root_kept_without_bubblewrap_cannot_chmod_root_files(
-    victim: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    # Promise (docs/run.md, Running as root): "It owns root's files, so it works in a root-owned working
-    # directory ..., and nothing more".  Without bubblewrap the program keeps uid 0 with its capabilities
-    # dropped, but chmod(2) needs only ownership: it sets the set-user-ID bit on any root-owned program
-    # (`chmod 4755 /usr/bin/python3.11` is root for every local user) or opens /etc/shadow to all.
-    require_landlock()
-    if landlock_abi() < 6:
-        pytest.skip("keep_root without bubblewrap needs Landlock's signal scope")
-    hide_bubblewrap(monkeypatch, tmp_path)
-    work = tmp_path / "work"
-    work.mkdir()
-    outcome = run(
-        ["/usr/bin/python3", "-c", CHMOD_HOST_FILES, str(victim)],
-        isolation=Isolation.auto(keep_root=True),
-        cwd=str(work),
-        limits=LIMITS,
-    )
-    assert outcome.status is Status.OK, outcome.stderr
-    assert outcome.stdout.splitlines() == [
-        "chmod-dir PermissionError",
-        "chmod-secret PermissionError",
-        "setuid PermissionError",
-        "utime PermissionError",
-    ]
-    assert stat.S_IMODE((victim / "secret").stat().st_mode) == 0o600
-
-
 # ------------------------------------------------------------------ without bubblewrap: what still reaches the host
 
 DGRAM_TO_HOST = """

@@ -1023,6 +1023,82 @@ def test_root_kept_without_bubblewrap_or_signal_scope_runs_as_nobody(monkeypatch
 WALL_LIMITS = Limits(wall_time=20, cpu_time=10)
 
 
+@pytest.fixture
+def victim() -> Iterator[Path]:
+    """A directory of this test's user outside every run (mode 0o755), with a file in it (mode 0o600)."""
+    folder = Path(tempfile.mkdtemp(prefix="cellbox-victim-", dir="/var/tmp"))
+    folder.chmod(0o755)
+    (folder / "secret").write_text("secret\n")
+    (folder / "secret").chmod(0o600)
+    try:
+        yield folder
+    finally:
+        for entry in folder.iterdir():
+            entry.unlink()
+        folder.rmdir()
+
+
+CHANGE_FILE_ATTRIBUTES = """
+import os, sys
+folder = sys.argv[1]
+secret = folder + "/secret"
+for name, action in (
+    ("chmod-dir", lambda: os.chmod(folder, 0o777)),
+    ("chmod-secret", lambda: os.chmod(secret, 0o666)),
+    ("setuid", lambda: os.chmod(secret, 0o4755)),
+    ("fchmod", lambda: os.fchmod(os.open(folder, os.O_RDONLY), 0o777)),
+    ("chown", lambda: os.chown(secret, 65534, 65534)),
+    ("setxattr", lambda: os.setxattr(secret, "user.cellbox", b"1")),
+    ("acl", lambda: os.setxattr(folder, "system.posix_acl_access", b"\\x02\\x00\\x00\\x00")),
+    ("utime", lambda: os.utime(secret, (0, 0))),
+):
+    try:
+        action()
+        print(name, "done")
+    except OSError as exc:
+        print(name, type(exc).__name__)
+"""
+
+
+@as_root
+def test_root_kept_without_bubblewrap_cannot_change_modes_owners_xattrs_or_times(
+    victim: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # uid 0 without capabilities still owns every root file, and chmod(2) needs only ownership:
+    # Landlock has no right for modes, owners, extended attributes or times; the filter refuses them.
+    require_landlock_abi(6, "keep_root without bubblewrap needs Landlock's signal scope")
+    hide_bubblewrap(monkeypatch, tmp_path / "bin")
+    work = tmp_path / "work"
+    work.mkdir()
+    before = (victim / "secret").stat()
+    outcome = run(
+        ["/usr/bin/python3", "-c", CHANGE_FILE_ATTRIBUTES, str(victim)],
+        isolation=Isolation.auto(keep_root=True),
+        cwd=str(work),
+        limits=WALL_LIMITS,
+    )
+    assert outcome.status is Status.OK, outcome.stderr
+    names = ["chmod-dir", "chmod-secret", "setuid", "fchmod", "chown", "setxattr", "acl", "utime"]
+    assert outcome.stdout.splitlines() == [f"{name} PermissionError" for name in names]
+    after = (victim / "secret").stat()
+    assert (after.st_mode, after.st_uid, after.st_mtime_ns) == (before.st_mode, before.st_uid, before.st_mtime_ns)
+    assert victim.stat().st_mode & 0o777 == 0o755
+    assert "user: as root without bubblewrap the program may not change modes, owners, ACLs or times of files" in (
+        outcome.notes
+    )
+
+
+def test_a_run_that_may_keep_root_powers_of_ownership_gets_no_file_attribute_rule(tmp_path: Path) -> None:
+    # With bubblewrap's user namespace, or as nobody, ownership of root's files is not the program's.
+    no_bwrap = probe(bwrap=str(tmp_path / "no-bwrap-here"))
+    plan = make_plan(AUTO, no_bwrap, user=None)
+    assert "file-attributes" not in plan.refuse
+    assert "ipc" in plan.refuse
+    assert make_plan(Isolation(mode="none"), no_bwrap, user=None).refuse == ()
+    root = Support(None, True, {"net": "x", "pid": "x", "fs": "x"})
+    assert "file-attributes" not in make_plan(AUTO, root, user=None).refuse  # runs as nobody
+
+
 SYSV_MQUEUE_AND_KEYS = """
 import ctypes, sys
 libc = ctypes.CDLL(None, use_errno=True)

@@ -470,7 +470,8 @@ def make_plan(isolation: Isolation, support: Support, *, user: str | int | None)
             "signal scope (ABI 6, Linux 6.12) uid 0 could still signal root's processes"
         )
     sockets = _sockets_to_deny(isolation, layers)
-    refuse = _calls_to_refuse(isolation, bwrapped=bool(bwrapped))
+    kept_root = support.as_root and isolation.keep_root and "user" in layers and run_as is None and not bwrapped
+    refuse = _calls_to_refuse(isolation, layers, bwrapped=bool(bwrapped), kept_root=kept_root)
     if any(sockets) or refuse:
         blocked = socket_filter_missing()
         if blocked is None:
@@ -480,6 +481,10 @@ def make_plan(isolation: Isolation, support: Support, *, user: str | int | None)
             notes.append(f"net: {reach} still reach the host (Landlock refuses TCP only; no syscall filter: {blocked})")
         if blocked is not None and refuse:
             notes.append(f"syscall filter: not applied ({blocked}): {', '.join(REFUSAL_WORDS[g] for g in refuse)}")
+        elif "file-attributes" in refuse:
+            notes.append(
+                "user: as root without bubblewrap the program may not change modes, owners, ACLs or times of files"
+            )
     if support.as_root and "user" in layers and "fs" not in layers and run_as is not None:
         notes.append(
             f"user: without the fs layer, {run_as} must reach the interpreter and the working directory by itself"
@@ -490,17 +495,20 @@ def make_plan(isolation: Isolation, support: Support, *, user: str | int | None)
 # What a run may do when the filter of a group is missing, for its note.
 REFUSAL_WORDS = {
     "ipc": "System V IPC, POSIX message queues and kernel keys outlive the run",
+    "file-attributes": "root's files may change mode, owner, ACLs and times",
 }
 
 
-def _calls_to_refuse(isolation: Isolation, *, bwrapped: bool) -> tuple[str, ...]:
+def _calls_to_refuse(isolation: Isolation, layers: list[str], *, bwrapped: bool, kept_root: bool) -> tuple[str, ...]:
     """The groups of :data:`REFUSALS` a run's filter needs: one for each wall bubblewrap would have given.
 
-    ``ipc`` whenever bubblewrap is not in front of the run (no IPC namespace).
+    ``ipc`` whenever bubblewrap is not in front of the run (no IPC namespace);
+    ``file-attributes`` when root is kept at uid 0 without bubblewrap's user
+    namespace (``kept_root``).
     """
     if not isolation.wanted or bwrapped:
         return ()
-    return ("ipc",)
+    return ("ipc", *(("file-attributes",) if kept_root else ()))
 
 
 def _sockets_to_deny(isolation: Isolation, layers: list[str]) -> tuple[bool, bool]:
@@ -528,6 +536,13 @@ REFUSALS = {
     # No IPC namespace (bubblewrap's --unshare-ipc): System V objects, POSIX message queues and
     # kernel keys would outlive the run, shared with the host's processes of the same uid.
     "ipc": ("shmget", "msgget", "semget", "mq_open", "add_key", "request_key", "keyctl"),
+    # Root kept at uid 0 without bubblewrap's user namespace owns every root file; Landlock has no
+    # right for modes, owners, extended attributes (ACLs, file capabilities) or times.
+    "file-attributes": (
+        *("chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "fchownat", "lchown"),
+        *("setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr"),
+        *("utime", "utimes", "utimensat", "futimesat"),
+    ),
 }
 # Families above AF_NETLINK are refused with one "greater or equal" rule.
 AF_FIRST_ABOVE_NETLINK = 17
@@ -551,8 +566,9 @@ def socket_filter(inet: bool = True, unix: bool = True, refuse: tuple[str, ...] 
     - io_uring (``io_uring_setup(2)`` and the rest), whose operations, sockets
       included, never pass through seccomp;
     - each group named in ``refuse`` (keys of :data:`REFUSALS`): ``ipc``
-      (System V IPC, POSIX message queues, kernel keys).  A call this
-      libseccomp does not know is left out.
+      (System V IPC, POSIX message queues, kernel keys), ``file-attributes``
+      (chmod, chown, extended attributes and times of files).  A call this libseccomp does not
+      know (``fchmodat2`` before 2.5.5) is left out.
 
     Args:
         inet: refuse AF_INET and AF_INET6 sockets (the network is off).
