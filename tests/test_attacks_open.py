@@ -179,65 +179,6 @@ def test_without_bubblewrap_no_datagram_reaches_a_host_unix_socket(
     assert got == []
 
 
-# ------------------------------------------------------------------ nested user namespaces: capabilities regained
-
-NESTED_USERNS = """
-import ctypes
-libc = ctypes.CDLL(None, use_errno=True)
-if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER
-    print("unshare refused", ctypes.get_errno())
-else:
-    status = open("/proc/self/status").read()
-    print("unshare done CapEff", status.split("CapEff:")[1].split()[0])
-"""
-
-
-@pytest.mark.parametrize(
-    "bubblewrap",
-    [
-        pytest.param(
-            True,
-            id="bwrap",
-            marks=pytest.mark.xfail(
-                os.geteuid() == 0, strict=True, reason="as root, bwrap never gets --disable-userns"
-            ),
-        ),
-        pytest.param(
-            False,
-            id="no-bwrap",
-            marks=pytest.mark.xfail(strict=True, reason="without bwrap nothing refuses unshare(CLONE_NEWUSER)"),
-        ),
-    ],
-)
-def test_a_run_cannot_regain_capabilities_in_a_user_namespace(
-    bubblewrap: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    # Promise (docs/run.md): "with its capabilities dropped for good"; (isolation.py) "nested ones are
-    # refused, so the child cannot regain powers in its own".  Support.disable_userns is computed
-    # `not as_root and ...`, so as root the keep_root branch never adds --disable-userns, and without
-    # bubblewrap no layer refuses unshare(CLONE_NEWUSER): the program holds a full capability set (in
-    # a namespace of its own; Landlock still forbids mounts), and the kernel's user-namespace attack
-    # surface, which the docs leave to "a kernel exploit", is open.
-    if bubblewrap:
-        if not probe().available("user"):
-            pytest.skip("needs bubblewrap's user layer")
-    else:
-        require_landlock()
-        hide_bubblewrap(monkeypatch, tmp_path)
-    work = tmp_path / "work"
-    work.mkdir()
-    work.chmod(0o777)
-    keep_root = os.geteuid() == 0 and landlock_abi() >= 6
-    outcome = run(
-        [sys.executable if bubblewrap else "/usr/bin/python3", "-c", NESTED_USERNS],
-        isolation=Isolation.auto(keep_root=keep_root),
-        cwd=str(work),
-        limits=LIMITS,
-    )
-    assert outcome.status is Status.OK, outcome.stderr
-    assert outcome.stdout.startswith("unshare refused"), outcome.stdout
-
-
 # ------------------------------------------------------------------ the grader, through a submission's symlink
 
 PLANTING_SUBMISSION = """

@@ -1149,3 +1149,48 @@ def test_without_bubblewrap_no_ipc_object_or_key_outlives_the_run(
     assert all(key not in _sysv_keys(kind) for kind in ("shm", "msg", "sem"))
     assert not os.path.exists(f"/dev/mqueue/{description}")
     assert "syscall-filter" in outcome.isolation
+
+
+NESTED_USER_NAMESPACE = """
+import ctypes, os, subprocess, threading
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER
+    print("unshare refused", ctypes.get_errno())
+else:
+    print("unshare done CapEff", open("/proc/self/status").read().split("CapEff:")[1].split()[0])
+done = subprocess.run(["unshare", "-U", "true"], capture_output=True)
+print("unshare -U", "refused" if done.returncode else "done")
+thread = threading.Thread(target=print, args=("thread",))
+thread.start()
+thread.join()
+"""
+
+
+@pytest.mark.parametrize("bubblewrap", [True, False], ids=["bwrap", "no-bwrap"])
+def test_a_run_cannot_regain_capabilities_in_a_user_namespace(
+    bubblewrap: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A user namespace of its own gives a program a full capability set there.  bubblewrap refuses
+    # nested ones (--disable-userns, as root too); without it the filter refuses CLONE_NEWUSER.
+    if bubblewrap:
+        require_layers("user")
+        version = subprocess.run([str(probe().bwrap), "--version"], capture_output=True, text=True).stdout.split()
+        if tuple(int(part) for part in version[-1].split(".")[:2]) < (0, 8):
+            pytest.skip(f"bwrap {version[-1]} has no --disable-userns (0.8 and later)")
+    else:
+        require_landlock_abi(1, "Landlock")
+        hide_bubblewrap(monkeypatch, tmp_path / "bin")
+    work = tmp_path / "work"
+    work.mkdir()
+    work.chmod(0o777)
+    keep_root = os.geteuid() == 0 and landlock_abi() >= 6
+    outcome = run(
+        [sys.executable if bubblewrap else "/usr/bin/python3", "-c", NESTED_USER_NAMESPACE],
+        isolation=Isolation.auto(keep_root=keep_root),
+        cwd=str(work),
+        limits=WALL_LIMITS,
+    )
+    assert outcome.status is Status.OK, outcome.stderr
+    lines = outcome.stdout.splitlines()
+    assert lines[0].startswith("unshare refused"), lines
+    assert lines[1:] == ["unshare -U refused", "thread"]

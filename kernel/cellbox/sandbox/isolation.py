@@ -57,6 +57,7 @@ import dataclasses
 import errno
 import functools
 import os
+import platform
 import pwd
 import shutil
 import site
@@ -345,7 +346,8 @@ def _probe(bwrap: str | None, euid: int) -> Support:
     if as_root and _user_missing():
         missing["user"] = _user_missing() or ""
     sized = _try(bwrap, [*base, "--ro-bind", "/", "/", "--size", "1048576", "--tmpfs", "/tmp"]) is None
-    no_userns = not as_root and _try(bwrap, [*base, "--disable-userns", "--ro-bind", "/", "/"]) is None
+    # As root too: the keep_root runs get a user namespace of their own, where nested ones must be refused.
+    no_userns = _try(bwrap, ["--unshare-user", "--disable-userns", "--ro-bind", "/", "/"]) is None
     return Support(bwrap, as_root, missing, tmpfs_size=sized, disable_userns=no_userns)
 
 
@@ -496,19 +498,20 @@ def make_plan(isolation: Isolation, support: Support, *, user: str | int | None)
 REFUSAL_WORDS = {
     "ipc": "System V IPC, POSIX message queues and kernel keys outlive the run",
     "file-attributes": "root's files may change mode, owner, ACLs and times",
+    "userns": "a user namespace gives the program capabilities of its own",
 }
 
 
 def _calls_to_refuse(isolation: Isolation, layers: list[str], *, bwrapped: bool, kept_root: bool) -> tuple[str, ...]:
     """The groups of :data:`REFUSALS` a run's filter needs: one for each wall bubblewrap would have given.
 
-    ``ipc`` whenever bubblewrap is not in front of the run (no IPC namespace);
-    ``file-attributes`` when root is kept at uid 0 without bubblewrap's user
-    namespace (``kept_root``).
+    ``ipc`` and ``userns`` whenever bubblewrap is not in front of the run (no
+    IPC namespace, no ``--disable-userns``); ``file-attributes`` when root is
+    kept at uid 0 without bubblewrap's user namespace (``kept_root``).
     """
     if not isolation.wanted or bwrapped:
         return ()
-    return ("ipc", *(("file-attributes",) if kept_root else ()))
+    return ("ipc", *(("file-attributes",) if kept_root else ()), "userns")
 
 
 def _sockets_to_deny(isolation: Isolation, layers: list[str]) -> tuple[bool, bool]:
@@ -543,7 +546,11 @@ REFUSALS = {
         *("setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr"),
         *("utime", "utimes", "utimensat", "futimesat"),
     ),
+    # No bubblewrap --disable-userns: unshare(2)/clone(2) with CLONE_NEWUSER would give the program a
+    # full capability set in a namespace of its own (rules in _refuse_user_namespaces).
+    "userns": (),
 }
+CLONE_NEWUSER = 0x10000000
 # Families above AF_NETLINK are refused with one "greater or equal" rule.
 AF_FIRST_ABOVE_NETLINK = 17
 # mknod(2) and mknodat(2) of a character or block device (S_IFCHR, S_IFBLK under S_IFMT).
@@ -552,7 +559,7 @@ S_IFMT, S_IFCHR, S_IFBLK = 0o170000, 0o020000, 0o060000
 
 @functools.lru_cache(maxsize=8)
 def socket_filter(inet: bool = True, unix: bool = True, refuse: tuple[str, ...] = ()) -> bytes:
-    """The seccomp filter of a run that lacks a wall (net, fs or ipc), as a BPF program (bytes).
+    """The seccomp filter of a run that lacks a wall (net, fs, ipc or user), as a BPF program (bytes).
 
     Built with libseccomp (the ``pyseccomp`` bindings, over Debian's
     ``libseccomp2``), loaded by the launcher just before exec
@@ -567,7 +574,10 @@ def socket_filter(inet: bool = True, unix: bool = True, refuse: tuple[str, ...] 
       included, never pass through seccomp;
     - each group named in ``refuse`` (keys of :data:`REFUSALS`): ``ipc``
       (System V IPC, POSIX message queues, kernel keys), ``file-attributes``
-      (chmod, chown, extended attributes and times of files).  A call this libseccomp does not
+      (chmod, chown, extended attributes and times of files) and ``userns``
+      (``unshare(2)`` and ``clone(2)`` with CLONE_NEWUSER; ``clone3(2)``, whose
+      flags seccomp cannot read, fails with ENOSYS, so glibc falls back to
+      ``clone(2)``, as container runtimes do).  A call this libseccomp does not
       know (``fchmodat2`` before 2.5.5) is left out.
 
     Args:
@@ -608,6 +618,8 @@ def socket_filter(inet: bool = True, unix: bool = True, refuse: tuple[str, ...] 
     for group in dict.fromkeys(refuse):
         for call in REFUSALS[group]:
             _refuse_if_known(seccomp, rules, deny, call)
+        if group == "userns":
+            _refuse_user_namespaces(seccomp, rules, deny)
     read_end, write_end = os.pipe()
     try:
         with os.fdopen(write_end, "wb") as out:
@@ -627,6 +639,18 @@ def _refuse_if_known(seccomp: Any, rules: Any, action: Any, call: str) -> None:
     """Refuse ``call`` with ``action``; a call this libseccomp has no number for is left out."""
     if seccomp.resolve_syscall(seccomp.Arch.NATIVE, call) >= 0:
         rules.add_rule(action, call)
+
+
+def _refuse_user_namespaces(seccomp: Any, rules: Any, deny: Any) -> None:
+    """unshare(2) and clone(2) with CLONE_NEWUSER refused; clone3(2) fails with ENOSYS.
+
+    clone's flags are its first argument on x86_64 and aarch64 (and its second
+    on s390, CLONE_BACKWARDS2); libseccomp numbers the raw syscall arguments.
+    """
+    flags = 1 if platform.machine().startswith("s390") else 0
+    rules.add_rule(deny, "unshare", seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
+    rules.add_rule(deny, "clone", seccomp.Arg(flags, seccomp.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
+    _refuse_if_known(seccomp, rules, seccomp.ERRNO(errno.ENOSYS), "clone3")
 
 
 def socket_filter_missing() -> str | None:
