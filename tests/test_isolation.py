@@ -1099,6 +1099,125 @@ def test_a_run_that_may_keep_root_powers_of_ownership_gets_no_file_attribute_rul
     assert "file-attributes" not in make_plan(AUTO, root, user=None).refuse  # runs as nobody
 
 
+DATAGRAMS_TO_THE_HOST = """
+import errno, socket, sys
+path = sys.argv[1]
+for kind in ("SOCK_DGRAM", "SOCK_SEQPACKET"):
+    try:
+        a, _ = socket.socketpair(socket.AF_UNIX, getattr(socket, kind) | socket.SOCK_NONBLOCK)
+        a.sendto(b"escaped-" + kind.encode(), path)
+        print(kind, "done")
+    except OSError as exc:
+        print(kind, type(exc).__name__)
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+for name, action in (
+    ("stream-sendto", lambda: a.sendto(b"escaped-sendto", path)),
+    ("stream-sendmsg", lambda: a.sendmsg([b"escaped-sendmsg"], [], 0, path)),
+    ("stream-connect", lambda: a.connect(path)),
+):
+    try:
+        action()
+        print(name, "done")
+    except OSError as exc:
+        print(name, errno.errorcode[exc.errno])
+a.send(b"pair")
+print("pair", b.recv(4).decode())
+"""
+
+
+@pytest.mark.parametrize("keep_root", [False, True], ids=["default", "keep-root"])
+def test_without_bubblewrap_no_datagram_reaches_a_host_unix_socket(
+    keep_root: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # An unconnected end of a socketpair (datagram, seqpacket) reaches any pathname socket of the host
+    # by sendto() or connect(); a stream pair is connected, and its ends refuse an address (EISCONN).
+    if keep_root and os.geteuid() != 0:
+        pytest.skip("keep_root is root's")
+    require_landlock_abi(6 if keep_root else 1, "Landlock")
+    hide_bubblewrap(monkeypatch, tmp_path / "bin")
+    folder = Path(tempfile.mkdtemp(dir="/tmp"))
+    folder.chmod(0o755)
+    path = str(folder / "host.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(path)
+    os.chmod(path, 0o777)
+    listener.setblocking(False)
+    got = []
+    try:
+        with tempfile.TemporaryDirectory(dir="/tmp") as work:
+            os.chmod(work, 0o1777)
+            outcome = run(
+                ["/usr/bin/python3", "-c", DATAGRAMS_TO_THE_HOST, path],
+                isolation=Isolation.auto(keep_root=keep_root),
+                cwd=work,
+                limits=WALL_LIMITS,
+            )
+        while True:
+            try:
+                got.append(listener.recv(64))
+            except BlockingIOError:
+                break
+    finally:
+        listener.close()
+        os.unlink(path)
+        folder.rmdir()
+    assert outcome.status is Status.OK, outcome.stderr
+    assert outcome.stdout.splitlines() == [
+        "SOCK_DGRAM PermissionError",
+        "SOCK_SEQPACKET PermissionError",
+        "stream-sendto EISCONN",
+        "stream-sendmsg EISCONN",
+        "stream-connect EPERM",
+        "pair pair",
+    ]
+    assert "syscall-filter" in outcome.isolation
+    assert got == []
+
+
+PIPES_POOLS_AND_THREADS = """
+import multiprocessing, subprocess, threading
+
+def square(x):
+    return x * x
+
+parent, child = multiprocessing.Pipe()
+child.send("pipe")
+print(parent.recv())
+process = multiprocessing.get_context("fork").Process(target=square, args=(3,))
+process.start()
+process.join()
+print("process", process.exitcode)
+print(subprocess.run(["/bin/echo", "subprocess"], capture_output=True, text=True).stdout.strip())
+thread = threading.Thread(target=print, args=("thread",))
+thread.start()
+thread.join()
+try:
+    multiprocessing.get_context("fork").Pool(2)
+except OSError as exc:
+    print("pool", type(exc).__name__)
+"""
+
+
+def test_without_bubblewrap_pipes_processes_subprocess_and_threads_work_under_the_filter(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # They use pipes, stream socketpairs, clone(2) (clone3 answers ENOSYS, glibc falls back).  A Pool
+    # needs a POSIX semaphore in the host's /dev/shm, which Landlock keeps out of reach without the fs layer.
+    require_landlock_abi(1, "Landlock")
+    hide_bubblewrap(monkeypatch, tmp_path / "bin")
+    with tempfile.TemporaryDirectory(dir="/tmp") as work:
+        os.chmod(work, 0o1777)
+        outcome = run(
+            ["/usr/bin/python3", "-c", PIPES_POOLS_AND_THREADS],
+            isolation=Isolation.auto(keep_root=os.geteuid() == 0 and landlock_abi() >= 6),
+            cwd=work,
+            limits=WALL_LIMITS,
+        )
+    assert outcome.status is Status.OK, outcome.stderr
+    assert outcome.stdout.splitlines() == ["pipe", "process 0", "subprocess", "thread", "pool PermissionError"]
+    assert "syscall-filter" in outcome.isolation
+
+
 SYSV_MQUEUE_AND_KEYS = """
 import ctypes, sys
 libc = ctypes.CDLL(None, use_errno=True)

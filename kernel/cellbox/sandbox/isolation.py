@@ -531,9 +531,15 @@ def _sockets_to_deny(isolation: Isolation, layers: list[str]) -> tuple[bool, boo
 
 
 # socket(2) families a run without the net layer may not open: everything but AF_NETLINK (16, the
-# kernel's own), and AF_INET/AF_INET6 (2, 10) too when the network is off.  socketpair(2) stays
-# allowed: its two ends reach nothing outside the run (asyncio, multiprocessing.Pipe, the session).
+# kernel's own), and AF_INET/AF_INET6 (2, 10) too when the network is off.  socketpair(2) of
+# SOCK_STREAM stays allowed: its two ends are connected to each other, and reach nothing outside
+# the run (asyncio, multiprocessing.Pipe, the session).
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
+# socketpair(2) types refused with unix sockets (the type argument masked with 0xf, which drops
+# SOCK_NONBLOCK and SOCK_CLOEXEC): an end of any of these is not bound to its peer, so sendto(2)
+# or connect(2) with an address reaches any pathname socket of the host (/dev/log, journald's).
+SOCK_TYPE_MASK = 0xF
+SOCK_DGRAM, SOCK_RAW, SOCK_RDM, SOCK_SEQPACKET, SOCK_DCCP, SOCK_PACKET = 2, 3, 4, 5, 6, 10
 # The groups of calls the filter may refuse besides sockets (Plan.refuse), each for one wall a run lacks.
 REFUSALS = {
     # No IPC namespace (bubblewrap's --unshare-ipc): System V objects, POSIX message queues and
@@ -572,6 +578,10 @@ def socket_filter(inet: bool = True, unix: bool = True, refuse: tuple[str, ...] 
     - ``mknod(2)``/``mknodat(2)`` of a device node;
     - io_uring (``io_uring_setup(2)`` and the rest), whose operations, sockets
       included, never pass through seccomp;
+    - with ``unix``, ``socketpair(2)`` of every type but SOCK_STREAM (see
+      :data:`SOCK_DGRAM`...), and with ``inet`` as well ``connect(2)``: no
+      socket is then left that it could aim (a stream pair is connected, and
+      sendto(2)/sendmsg(2) with an address on it fail with EISCONN);
     - each group named in ``refuse`` (keys of :data:`REFUSALS`): ``ipc``
       (System V IPC, POSIX message queues, kernel keys), ``file-attributes``
       (chmod, chown, extended attributes and times of files) and ``userns``
@@ -582,7 +592,7 @@ def socket_filter(inet: bool = True, unix: bool = True, refuse: tuple[str, ...] 
 
     Args:
         inet: refuse AF_INET and AF_INET6 sockets (the network is off).
-        unix: refuse AF_UNIX sockets.
+        unix: refuse AF_UNIX sockets and unconnected socket pairs.
         refuse: names of :data:`REFUSALS`, in any order.
 
     Arguments are compared on their low 32 bits, as the kernel reads an
@@ -615,6 +625,11 @@ def socket_filter(inet: bool = True, unix: bool = True, refuse: tuple[str, ...] 
             rules.add_rule(deny, call, seccomp.Arg(mode_arg, seccomp.MASKED_EQ, S_IFMT, kind))
     for call in ("io_uring_setup", "io_uring_enter", "io_uring_register"):
         rules.add_rule(deny, call)
+    if unix:
+        for kind in (SOCK_DGRAM, SOCK_RAW, SOCK_RDM, SOCK_SEQPACKET, SOCK_DCCP, SOCK_PACKET):
+            rules.add_rule(deny, "socketpair", seccomp.Arg(1, seccomp.MASKED_EQ, SOCK_TYPE_MASK, kind))
+        if inet:
+            rules.add_rule(deny, "connect")
     for group in dict.fromkeys(refuse):
         for call in REFUSALS[group]:
             _refuse_if_known(seccomp, rules, deny, call)
