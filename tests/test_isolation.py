@@ -36,6 +36,7 @@ from cellbox.sandbox.environment import TaskDirectory
 from cellbox.sandbox.isolation import (
     BWRAP_LAYERS,
     LAYERS,
+    REFUSAL_WORDS,
     UNPRIVILEGED_USER,
     Isolation,
     IsolationError,
@@ -927,7 +928,7 @@ def test_with_bubblewrap_no_socket_shared_memory_or_device_reaches_the_host(
 def test_without_libseccomp_the_notes_say_sockets_reach_the_host(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    def no_library(*_args: object) -> bytes:
+    def no_library(*_args: object, **_kwargs: object) -> bytes:
         raise OSError("libseccomp is not available (Unable to find libseccomp)")
 
     monkeypatch.setattr("cellbox.sandbox.isolation.socket_filter", no_library)
@@ -938,6 +939,8 @@ def test_without_libseccomp_the_notes_say_sockets_reach_the_host(
         "net: UDP and unix sockets still reach the host (Landlock refuses TCP only; "
         "no syscall filter: libseccomp is not available (Unable to find libseccomp))"
     ) in plan.notes
+    refused = "syscall filter: not applied (libseccomp is not available (Unable to find libseccomp)): "
+    assert any(note.startswith(refused + REFUSAL_WORDS["ipc"]) for note in plan.notes), plan.notes
 
 
 def test_syscall_filter_refuses_io_uring_whose_sockets_bypass_it(
@@ -1013,3 +1016,300 @@ def test_root_kept_without_bubblewrap_or_signal_scope_runs_as_nobody(monkeypatch
     ) in plan.notes
     monkeypatch.setattr("cellbox.sandbox.isolation.landlock_abi", lambda: 6)
     assert make_plan(Isolation.auto(keep_root=True), support, user=None).user is None
+
+
+# --------------------------------------------------------------------------- the filter's walls without bubblewrap
+
+WALL_LIMITS = Limits(wall_time=20, cpu_time=10)
+
+
+@pytest.fixture
+def victim() -> Iterator[Path]:
+    """A directory of this test's user outside every run (mode 0o755), with a file in it (mode 0o600)."""
+    folder = Path(tempfile.mkdtemp(prefix="cellbox-victim-", dir="/var/tmp"))
+    folder.chmod(0o755)
+    (folder / "secret").write_text("secret\n")
+    (folder / "secret").chmod(0o600)
+    try:
+        yield folder
+    finally:
+        for entry in folder.iterdir():
+            entry.unlink()
+        folder.rmdir()
+
+
+CHANGE_FILE_ATTRIBUTES = """
+import os, sys
+folder = sys.argv[1]
+secret = folder + "/secret"
+for name, action in (
+    ("chmod-dir", lambda: os.chmod(folder, 0o777)),
+    ("chmod-secret", lambda: os.chmod(secret, 0o666)),
+    ("setuid", lambda: os.chmod(secret, 0o4755)),
+    ("fchmod", lambda: os.fchmod(os.open(folder, os.O_RDONLY), 0o777)),
+    ("chown", lambda: os.chown(secret, 65534, 65534)),
+    ("setxattr", lambda: os.setxattr(secret, "user.cellbox", b"1")),
+    ("acl", lambda: os.setxattr(folder, "system.posix_acl_access", b"\\x02\\x00\\x00\\x00")),
+    ("utime", lambda: os.utime(secret, (0, 0))),
+):
+    try:
+        action()
+        print(name, "done")
+    except OSError as exc:
+        print(name, type(exc).__name__)
+"""
+
+
+@as_root
+def test_root_kept_without_bubblewrap_cannot_change_modes_owners_xattrs_or_times(
+    victim: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # uid 0 without capabilities still owns every root file, and chmod(2) needs only ownership:
+    # Landlock has no right for modes, owners, extended attributes or times; the filter refuses them.
+    require_landlock_abi(6, "keep_root without bubblewrap needs Landlock's signal scope")
+    hide_bubblewrap(monkeypatch, tmp_path / "bin")
+    work = tmp_path / "work"
+    work.mkdir()
+    before = (victim / "secret").stat()
+    outcome = run(
+        ["/usr/bin/python3", "-c", CHANGE_FILE_ATTRIBUTES, str(victim)],
+        isolation=Isolation.auto(keep_root=True),
+        cwd=str(work),
+        limits=WALL_LIMITS,
+    )
+    assert outcome.status is Status.OK, outcome.stderr
+    names = ["chmod-dir", "chmod-secret", "setuid", "fchmod", "chown", "setxattr", "acl", "utime"]
+    assert outcome.stdout.splitlines() == [f"{name} PermissionError" for name in names]
+    after = (victim / "secret").stat()
+    assert (after.st_mode, after.st_uid, after.st_mtime_ns) == (before.st_mode, before.st_uid, before.st_mtime_ns)
+    assert victim.stat().st_mode & 0o777 == 0o755
+    assert "user: as root without bubblewrap the program may not change modes, owners, ACLs or times of files" in (
+        outcome.notes
+    )
+
+
+def test_a_run_that_may_keep_root_powers_of_ownership_gets_no_file_attribute_rule(tmp_path: Path) -> None:
+    # With bubblewrap's user namespace, or as nobody, ownership of root's files is not the program's.
+    no_bwrap = probe(bwrap=str(tmp_path / "no-bwrap-here"))
+    plan = make_plan(AUTO, no_bwrap, user=None)
+    assert "file-attributes" not in plan.refuse
+    assert "ipc" in plan.refuse
+    assert make_plan(Isolation(mode="none"), no_bwrap, user=None).refuse == ()
+    root = Support(None, True, {"net": "x", "pid": "x", "fs": "x"})
+    assert "file-attributes" not in make_plan(AUTO, root, user=None).refuse  # runs as nobody
+
+
+DATAGRAMS_TO_THE_HOST = """
+import errno, socket, sys
+path = sys.argv[1]
+for kind in ("SOCK_DGRAM", "SOCK_SEQPACKET"):
+    try:
+        a, _ = socket.socketpair(socket.AF_UNIX, getattr(socket, kind) | socket.SOCK_NONBLOCK)
+        a.sendto(b"escaped-" + kind.encode(), path)
+        print(kind, "done")
+    except OSError as exc:
+        print(kind, type(exc).__name__)
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+for name, action in (
+    ("stream-sendto", lambda: a.sendto(b"escaped-sendto", path)),
+    ("stream-sendmsg", lambda: a.sendmsg([b"escaped-sendmsg"], [], 0, path)),
+    ("stream-connect", lambda: a.connect(path)),
+):
+    try:
+        action()
+        print(name, "done")
+    except OSError as exc:
+        print(name, errno.errorcode[exc.errno])
+a.send(b"pair")
+print("pair", b.recv(4).decode())
+"""
+
+
+@pytest.mark.parametrize("keep_root", [False, True], ids=["default", "keep-root"])
+def test_without_bubblewrap_no_datagram_reaches_a_host_unix_socket(
+    keep_root: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # An unconnected end of a socketpair (datagram, seqpacket) reaches any pathname socket of the host
+    # by sendto() or connect(); a stream pair is connected, and its ends refuse an address (EISCONN).
+    if keep_root and os.geteuid() != 0:
+        pytest.skip("keep_root is root's")
+    require_landlock_abi(6 if keep_root else 1, "Landlock")
+    hide_bubblewrap(monkeypatch, tmp_path / "bin")
+    folder = Path(tempfile.mkdtemp(dir="/tmp"))
+    folder.chmod(0o755)
+    path = str(folder / "host.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(path)
+    os.chmod(path, 0o777)
+    listener.setblocking(False)
+    got = []
+    try:
+        with tempfile.TemporaryDirectory(dir="/tmp") as work:
+            os.chmod(work, 0o1777)
+            outcome = run(
+                ["/usr/bin/python3", "-c", DATAGRAMS_TO_THE_HOST, path],
+                isolation=Isolation.auto(keep_root=keep_root),
+                cwd=work,
+                limits=WALL_LIMITS,
+            )
+        while True:
+            try:
+                got.append(listener.recv(64))
+            except BlockingIOError:
+                break
+    finally:
+        listener.close()
+        os.unlink(path)
+        folder.rmdir()
+    assert outcome.status is Status.OK, outcome.stderr
+    assert outcome.stdout.splitlines() == [
+        "SOCK_DGRAM PermissionError",
+        "SOCK_SEQPACKET PermissionError",
+        "stream-sendto EISCONN",
+        "stream-sendmsg EISCONN",
+        "stream-connect EPERM",
+        "pair pair",
+    ]
+    assert "syscall-filter" in outcome.isolation
+    assert got == []
+
+
+PIPES_POOLS_AND_THREADS = """
+import multiprocessing, subprocess, threading
+
+def square(x):
+    return x * x
+
+parent, child = multiprocessing.Pipe()
+child.send("pipe")
+print(parent.recv())
+process = multiprocessing.get_context("fork").Process(target=square, args=(3,))
+process.start()
+process.join()
+print("process", process.exitcode)
+print(subprocess.run(["/bin/echo", "subprocess"], capture_output=True, text=True).stdout.strip())
+thread = threading.Thread(target=print, args=("thread",))
+thread.start()
+thread.join()
+try:
+    multiprocessing.get_context("fork").Pool(2)
+except OSError as exc:
+    print("pool", type(exc).__name__)
+"""
+
+
+def test_without_bubblewrap_pipes_processes_subprocess_and_threads_work_under_the_filter(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # They use pipes, stream socketpairs, clone(2) (clone3 answers ENOSYS, glibc falls back).  A Pool
+    # needs a POSIX semaphore in the host's /dev/shm, which Landlock keeps out of reach without the fs layer.
+    require_landlock_abi(1, "Landlock")
+    hide_bubblewrap(monkeypatch, tmp_path / "bin")
+    with tempfile.TemporaryDirectory(dir="/tmp") as work:
+        os.chmod(work, 0o1777)
+        outcome = run(
+            ["/usr/bin/python3", "-c", PIPES_POOLS_AND_THREADS],
+            isolation=Isolation.auto(keep_root=os.geteuid() == 0 and landlock_abi() >= 6),
+            cwd=work,
+            limits=WALL_LIMITS,
+        )
+    assert outcome.status is Status.OK, outcome.stderr
+    assert outcome.stdout.splitlines() == ["pipe", "process 0", "subprocess", "thread", "pool PermissionError"]
+    assert "syscall-filter" in outcome.isolation
+
+
+SYSV_MQUEUE_AND_KEYS = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+rt = ctypes.CDLL("librt.so.1", use_errno=True)
+key, description = int(sys.argv[1]), sys.argv[2]
+calls = (
+    ("shmget", lambda: libc.shmget(key, 4096, 0o1000 | 0o666)),
+    ("msgget", lambda: libc.msgget(key, 0o1000 | 0o666)),
+    ("semget", lambda: libc.semget(key, 1, 0o1000 | 0o666)),
+    ("mq_open", lambda: rt.mq_open(b"/" + description.encode(), 0o100 | 2, 0o666, None)),
+    # add_key(2) into the user's keyring (KEY_SPEC_USER_KEYRING), shared by every process of this uid.
+    ("add_key", lambda: libc.syscall(248, b"user", description.encode(), b"left", 4, ctypes.c_int(-4))),
+    ("request_key", lambda: libc.syscall(249, b"user", description.encode(), None, 0)),
+    ("keyctl", lambda: libc.syscall(250, 0, ctypes.c_int(-4), 0)),  # KEYCTL_GET_KEYRING_ID
+)
+for name, call in calls:
+    result = call()
+    print(name, "done" if result >= 0 else ctypes.get_errno())
+"""
+
+
+def _sysv_keys(kind: str) -> set[int]:
+    """The keys of the host's System V objects of ``kind`` (shm, msg, sem), as ipcs(1) reads them."""
+    with open(f"/proc/sysvipc/{kind}") as f:
+        return {int(line.split()[0]) for line in f.read().splitlines()[1:] if line.strip()}
+
+
+def test_without_bubblewrap_no_ipc_object_or_key_outlives_the_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # No IPC namespace without bubblewrap: System V objects, POSIX message queues and the user's keys
+    # would stay after the run, shared with every process of its uid; the filter refuses them (EPERM).
+    require_landlock_abi(1, "Landlock")
+    hide_bubblewrap(monkeypatch, tmp_path / "bin")
+    key = 0x0CE11000 | (uuid.uuid4().int & 0xFFF)
+    description = f"cellbox-test-{uuid.uuid4().hex}"
+    with tempfile.TemporaryDirectory(dir="/tmp") as work:
+        os.chmod(work, 0o1777)
+        outcome = run(
+            ["/usr/bin/python3", "-c", SYSV_MQUEUE_AND_KEYS, str(key), description],
+            isolation=Isolation.auto(keep_root=os.geteuid() == 0 and landlock_abi() >= 6),
+            cwd=work,
+            limits=WALL_LIMITS,
+        )
+    assert outcome.status is Status.OK, outcome.stderr
+    names = ["shmget", "msgget", "semget", "mq_open", "add_key", "request_key", "keyctl"]
+    assert outcome.stdout.splitlines() == [f"{name} 1" for name in names]  # EPERM
+    assert all(key not in _sysv_keys(kind) for kind in ("shm", "msg", "sem"))
+    assert not os.path.exists(f"/dev/mqueue/{description}")
+    assert "syscall-filter" in outcome.isolation
+
+
+NESTED_USER_NAMESPACE = """
+import ctypes, os, subprocess, threading
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER
+    print("unshare refused", ctypes.get_errno())
+else:
+    print("unshare done CapEff", open("/proc/self/status").read().split("CapEff:")[1].split()[0])
+done = subprocess.run(["unshare", "-U", "true"], capture_output=True)
+print("unshare -U", "refused" if done.returncode else "done")
+thread = threading.Thread(target=print, args=("thread",))
+thread.start()
+thread.join()
+"""
+
+
+@pytest.mark.parametrize("bubblewrap", [True, False], ids=["bwrap", "no-bwrap"])
+def test_a_run_cannot_regain_capabilities_in_a_user_namespace(
+    bubblewrap: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A user namespace of its own gives a program a full capability set there.  bubblewrap refuses
+    # nested ones (--disable-userns, as root too); without it the filter refuses CLONE_NEWUSER.
+    if bubblewrap:
+        require_layers("user")
+        version = subprocess.run([str(probe().bwrap), "--version"], capture_output=True, text=True).stdout.split()
+        if tuple(int(part) for part in version[-1].split(".")[:2]) < (0, 8):
+            pytest.skip(f"bwrap {version[-1]} has no --disable-userns (0.8 and later)")
+    else:
+        require_landlock_abi(1, "Landlock")
+        hide_bubblewrap(monkeypatch, tmp_path / "bin")
+    work = tmp_path / "work"
+    work.mkdir()
+    work.chmod(0o777)
+    keep_root = os.geteuid() == 0 and landlock_abi() >= 6
+    outcome = run(
+        [sys.executable if bubblewrap else "/usr/bin/python3", "-c", NESTED_USER_NAMESPACE],
+        isolation=Isolation.auto(keep_root=keep_root),
+        cwd=str(work),
+        limits=WALL_LIMITS,
+    )
+    assert outcome.status is Status.OK, outcome.stderr
+    lines = outcome.stdout.splitlines()
+    assert lines[0].startswith("unshare refused"), lines
+    assert lines[1:] == ["unshare -U refused", "thread"]

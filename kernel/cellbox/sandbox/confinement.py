@@ -69,7 +69,7 @@ class Confinement:
             # Root kept at uid 0 without bubblewrap's user namespace: its capabilities go in the launcher.
             spec["drop_caps"] = True
         if "syscall-filter" in plan.layers:
-            spec["seccomp"] = socket_filter(*plan.sockets).hex()
+            spec["seccomp"] = socket_filter(*plan.sockets, refuse=plan.refuse).hex()
         if "landlock" in plan.layers:
             spec["landlock"] = landlock_rules(
                 self.isolation, plan, programs=programs, cwd=spec["cwd"], task=str(self.task.path), path=env["PATH"]

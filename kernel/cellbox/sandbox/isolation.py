@@ -54,8 +54,10 @@ from __future__ import annotations
 import argparse
 import ctypes
 import dataclasses
+import errno
 import functools
 import os
+import platform
 import pwd
 import shutil
 import site
@@ -63,6 +65,7 @@ import subprocess
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "Isolation",
@@ -343,7 +346,8 @@ def _probe(bwrap: str | None, euid: int) -> Support:
     if as_root and _user_missing():
         missing["user"] = _user_missing() or ""
     sized = _try(bwrap, [*base, "--ro-bind", "/", "/", "--size", "1048576", "--tmpfs", "/tmp"]) is None
-    no_userns = not as_root and _try(bwrap, [*base, "--disable-userns", "--ro-bind", "/", "/"]) is None
+    # As root too: the keep_root runs get a user namespace of their own, where nested ones must be refused.
+    no_userns = _try(bwrap, ["--unshare-user", "--disable-userns", "--ro-bind", "/", "/"]) is None
     return Support(bwrap, as_root, missing, tmpfs_size=sized, disable_userns=no_userns)
 
 
@@ -423,6 +427,7 @@ class Plan:
         notes: sentences for the run's ``Outcome.notes``.
         sockets: ``(inet, unix)``, the socket families the syscall filter refuses
             (``syscall-filter`` in ``layers`` when the filter is given).
+        refuse: the other groups of calls it refuses (keys of :data:`REFUSALS`).
     """
 
     layers: list[str]
@@ -430,6 +435,7 @@ class Plan:
     user: str | int | None
     notes: list[str] = dataclasses.field(default_factory=list)
     sockets: tuple[bool, bool] = (False, False)
+    refuse: tuple[str, ...] = ()
 
 
 def make_plan(isolation: Isolation, support: Support, *, user: str | int | None) -> Plan:
@@ -466,18 +472,46 @@ def make_plan(isolation: Isolation, support: Support, *, user: str | int | None)
             "signal scope (ABI 6, Linux 6.12) uid 0 could still signal root's processes"
         )
     sockets = _sockets_to_deny(isolation, layers)
-    if any(sockets):
+    kept_root = support.as_root and isolation.keep_root and "user" in layers and run_as is None and not bwrapped
+    refuse = _calls_to_refuse(isolation, layers, bwrapped=bool(bwrapped), kept_root=kept_root)
+    if any(sockets) or refuse:
         blocked = socket_filter_missing()
         if blocked is None:
             layers.append("syscall-filter")
-        else:
+        elif any(sockets):
             reach = " and ".join(w for w, deny in zip(("UDP", "unix sockets"), sockets, strict=True) if deny)
             notes.append(f"net: {reach} still reach the host (Landlock refuses TCP only; no syscall filter: {blocked})")
+        if blocked is not None and refuse:
+            notes.append(f"syscall filter: not applied ({blocked}): {', '.join(REFUSAL_WORDS[g] for g in refuse)}")
+        elif "file-attributes" in refuse:
+            notes.append(
+                "user: as root without bubblewrap the program may not change modes, owners, ACLs or times of files"
+            )
     if support.as_root and "user" in layers and "fs" not in layers and run_as is not None:
         notes.append(
             f"user: without the fs layer, {run_as} must reach the interpreter and the working directory by itself"
         )
-    return Plan(layers=layers, missing=missing, user=run_as, notes=notes, sockets=sockets)
+    return Plan(layers=layers, missing=missing, user=run_as, notes=notes, sockets=sockets, refuse=refuse)
+
+
+# What a run may do when the filter of a group is missing, for its note.
+REFUSAL_WORDS = {
+    "ipc": "System V IPC, POSIX message queues and kernel keys outlive the run",
+    "file-attributes": "root's files may change mode, owner, ACLs and times",
+    "userns": "a user namespace gives the program capabilities of its own",
+}
+
+
+def _calls_to_refuse(isolation: Isolation, layers: list[str], *, bwrapped: bool, kept_root: bool) -> tuple[str, ...]:
+    """The groups of :data:`REFUSALS` a run's filter needs: one for each wall bubblewrap would have given.
+
+    ``ipc`` and ``userns`` whenever bubblewrap is not in front of the run (no
+    IPC namespace, no ``--disable-userns``); ``file-attributes`` when root is
+    kept at uid 0 without bubblewrap's user namespace (``kept_root``).
+    """
+    if not isolation.wanted or bwrapped:
+        return ()
+    return ("ipc", *(("file-attributes",) if kept_root else ()), "userns")
 
 
 def _sockets_to_deny(isolation: Isolation, layers: list[str]) -> tuple[bool, bool]:
@@ -497,18 +531,41 @@ def _sockets_to_deny(isolation: Isolation, layers: list[str]) -> tuple[bool, boo
 
 
 # socket(2) families a run without the net layer may not open: everything but AF_NETLINK (16, the
-# kernel's own), and AF_INET/AF_INET6 (2, 10) too when the network is off.  socketpair(2) stays
-# allowed: its two ends reach nothing outside the run (asyncio, multiprocessing.Pipe, the session).
+# kernel's own), and AF_INET/AF_INET6 (2, 10) too when the network is off.  socketpair(2) of
+# SOCK_STREAM stays allowed: its two ends are connected to each other, and reach nothing outside
+# the run (asyncio, multiprocessing.Pipe, the session).
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
+# socketpair(2) types refused with unix sockets (the type argument masked with 0xf, which drops
+# SOCK_NONBLOCK and SOCK_CLOEXEC): an end of any of these is not bound to its peer, so sendto(2)
+# or connect(2) with an address reaches any pathname socket of the host (/dev/log, journald's).
+SOCK_TYPE_MASK = 0xF
+SOCK_DGRAM, SOCK_RAW, SOCK_RDM, SOCK_SEQPACKET, SOCK_DCCP, SOCK_PACKET = 2, 3, 4, 5, 6, 10
+# The groups of calls the filter may refuse besides sockets (Plan.refuse), each for one wall a run lacks.
+REFUSALS = {
+    # No IPC namespace (bubblewrap's --unshare-ipc): System V objects, POSIX message queues and
+    # kernel keys would outlive the run, shared with the host's processes of the same uid.
+    "ipc": ("shmget", "msgget", "semget", "mq_open", "add_key", "request_key", "keyctl"),
+    # Root kept at uid 0 without bubblewrap's user namespace owns every root file; Landlock has no
+    # right for modes, owners, extended attributes (ACLs, file capabilities) or times.
+    "file-attributes": (
+        *("chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "fchownat", "lchown"),
+        *("setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr"),
+        *("utime", "utimes", "utimensat", "futimesat"),
+    ),
+    # No bubblewrap --disable-userns: unshare(2)/clone(2) with CLONE_NEWUSER would give the program a
+    # full capability set in a namespace of its own (rules in _refuse_user_namespaces).
+    "userns": (),
+}
+CLONE_NEWUSER = 0x10000000
 # Families above AF_NETLINK are refused with one "greater or equal" rule.
 AF_FIRST_ABOVE_NETLINK = 17
 # mknod(2) and mknodat(2) of a character or block device (S_IFCHR, S_IFBLK under S_IFMT).
 S_IFMT, S_IFCHR, S_IFBLK = 0o170000, 0o020000, 0o060000
 
 
-@functools.lru_cache(maxsize=4)
-def socket_filter(inet: bool = True, unix: bool = True) -> bytes:
-    """The seccomp filter of a run that lacks the net or fs layer, as a BPF program (bytes).
+@functools.lru_cache(maxsize=8)
+def socket_filter(inet: bool = True, unix: bool = True, refuse: tuple[str, ...] = ()) -> bytes:
+    """The seccomp filter of a run that lacks a wall (net, fs, ipc or user), as a BPF program (bytes).
 
     Built with libseccomp (the ``pyseccomp`` bindings, over Debian's
     ``libseccomp2``), loaded by the launcher just before exec
@@ -520,7 +577,23 @@ def socket_filter(inet: bool = True, unix: bool = True) -> bytes:
       AF_INET6 too when ``inet`` (no UDP datagram leaves: the network is off);
     - ``mknod(2)``/``mknodat(2)`` of a device node;
     - io_uring (``io_uring_setup(2)`` and the rest), whose operations, sockets
-      included, never pass through seccomp.
+      included, never pass through seccomp;
+    - with ``unix``, ``socketpair(2)`` of every type but SOCK_STREAM (see
+      :data:`SOCK_DGRAM`...), and with ``inet`` as well ``connect(2)``: no
+      socket is then left that it could aim (a stream pair is connected, and
+      sendto(2)/sendmsg(2) with an address on it fail with EISCONN);
+    - each group named in ``refuse`` (keys of :data:`REFUSALS`): ``ipc``
+      (System V IPC, POSIX message queues, kernel keys), ``file-attributes``
+      (chmod, chown, extended attributes and times of files) and ``userns``
+      (``unshare(2)`` and ``clone(2)`` with CLONE_NEWUSER; ``clone3(2)``, whose
+      flags seccomp cannot read, fails with ENOSYS, so glibc falls back to
+      ``clone(2)``, as container runtimes do).  A call this libseccomp does not
+      know (``fchmodat2`` before 2.5.5) is left out.
+
+    Args:
+        inet: refuse AF_INET and AF_INET6 sockets (the network is off).
+        unix: refuse AF_UNIX sockets and unconnected socket pairs.
+        refuse: names of :data:`REFUSALS`, in any order.
 
     Arguments are compared on their low 32 bits, as the kernel reads an
     ``int`` (a family with high bits set is the same family).  A program
@@ -529,12 +602,16 @@ def socket_filter(inet: bool = True, unix: bool = True) -> bytes:
     Raises:
         OSError: libseccomp or its bindings are missing, or refused the filter
             (:func:`socket_filter_missing` says which, in a sentence).
+        ValueError: a name in ``refuse`` that is not in :data:`REFUSALS`.
     """
+    unknown = [name for name in refuse if name not in REFUSALS]
+    if unknown:
+        raise ValueError(f"unknown syscall group {unknown[0]!r}; use some of {', '.join(REFUSALS)}")
     try:
         import pyseccomp as seccomp
     except (ImportError, RuntimeError) as exc:
         raise OSError(f"libseccomp is not available ({exc})") from None
-    deny = seccomp.ERRNO(1)  # EPERM
+    deny = seccomp.ERRNO(errno.EPERM)
     low = 0xFFFF_FFFF
     rules = seccomp.SyscallFilter(seccomp.ALLOW)
     allowed = {AF_NETLINK, *(() if inet else (AF_INET, AF_INET6)), *(() if unix else (AF_UNIX,))}
@@ -548,6 +625,16 @@ def socket_filter(inet: bool = True, unix: bool = True) -> bytes:
             rules.add_rule(deny, call, seccomp.Arg(mode_arg, seccomp.MASKED_EQ, S_IFMT, kind))
     for call in ("io_uring_setup", "io_uring_enter", "io_uring_register"):
         rules.add_rule(deny, call)
+    if unix:
+        for kind in (SOCK_DGRAM, SOCK_RAW, SOCK_RDM, SOCK_SEQPACKET, SOCK_DCCP, SOCK_PACKET):
+            rules.add_rule(deny, "socketpair", seccomp.Arg(1, seccomp.MASKED_EQ, SOCK_TYPE_MASK, kind))
+        if inet:
+            rules.add_rule(deny, "connect")
+    for group in dict.fromkeys(refuse):
+        for call in REFUSALS[group]:
+            _refuse_if_known(seccomp, rules, deny, call)
+        if group == "userns":
+            _refuse_user_namespaces(seccomp, rules, deny)
     read_end, write_end = os.pipe()
     try:
         with os.fdopen(write_end, "wb") as out:
@@ -563,10 +650,28 @@ def socket_filter(inet: bool = True, unix: bool = True) -> bytes:
         raise
 
 
+def _refuse_if_known(seccomp: Any, rules: Any, action: Any, call: str) -> None:
+    """Refuse ``call`` with ``action``; a call this libseccomp has no number for is left out."""
+    if seccomp.resolve_syscall(seccomp.Arch.NATIVE, call) >= 0:
+        rules.add_rule(action, call)
+
+
+def _refuse_user_namespaces(seccomp: Any, rules: Any, deny: Any) -> None:
+    """unshare(2) and clone(2) with CLONE_NEWUSER refused; clone3(2) fails with ENOSYS.
+
+    clone's flags are its first argument on x86_64 and aarch64 (and its second
+    on s390, CLONE_BACKWARDS2); libseccomp numbers the raw syscall arguments.
+    """
+    flags = 1 if platform.machine().startswith("s390") else 0
+    rules.add_rule(deny, "unshare", seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
+    rules.add_rule(deny, "clone", seccomp.Arg(flags, seccomp.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
+    _refuse_if_known(seccomp, rules, seccomp.ERRNO(errno.ENOSYS), "clone3")
+
+
 def socket_filter_missing() -> str | None:
     """Why this machine cannot give :func:`socket_filter`, or ``None`` when it can."""
     try:
-        socket_filter()
+        socket_filter(refuse=tuple(REFUSALS))
     except OSError as exc:
         return str(exc.strerror or exc)
     return None
