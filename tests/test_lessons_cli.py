@@ -86,8 +86,10 @@ def test_jupyterlab_command_serves_the_lessons_folder_and_opens_a_lesson() -> No
     command = jupyterlab_command(LESSONS, notebook)
     assert command[:3] == [sys.executable, "-m", "jupyterlab"]
     assert f"--ServerApp.root_dir={LESSONS}" in command
-    assert command[-1] == "01-separate-process.ipynb"
-    assert jupyterlab_command(LESSONS, LESSONS / "solutions" / notebook.name)[-1] == f"solutions/{notebook.name}"
+    # The server's default URL is the lesson's page: the browser opens it and the printed URLs lead there.
+    assert command[-1] == "--LabApp.default_url=/lab/tree/01-separate-process.ipynb"
+    solutions = jupyterlab_command(LESSONS, LESSONS / "solutions" / notebook.name)
+    assert solutions[-1] == f"--LabApp.default_url=/lab/tree/solutions/{notebook.name}"
 
 
 def test_readme_first_command_installs_the_lessons_extra_and_opens_the_lessons() -> None:

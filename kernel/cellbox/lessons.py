@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -192,8 +193,10 @@ def jupyterlab_command(folder: Path, notebook: Path | None = None) -> list[str]:
     if os.geteuid() == 0:
         command.append("--allow-root")  # JupyterLab refuses to start as root without it
     if notebook is not None:
-        # JupyterLab opens a path given relative to its root directory (the process's working directory).
-        command.append(str(notebook.relative_to(folder)) if notebook.is_relative_to(folder) else str(notebook))
+        # The notebook's page as the server's default URL: the browser opens it, and the URLs the server
+        # prints (to copy over SSH or without a browser) lead there too, not to the launcher.
+        relative = notebook.relative_to(folder) if notebook.is_relative_to(folder) else notebook
+        command.append(f"--LabApp.default_url=/lab/tree/{urllib.parse.quote(relative.as_posix())}")
     return command
 
 

@@ -258,8 +258,8 @@ def write_html(path: Path, results: list[SubmissionResult], header: dict[str, An
         f"<style>{_CSS}</style></head><body>"
         f"<h1>cellbox grade: {len(results)} submissions</h1>{_setup(header)}"
         f"<h2>Verdicts</h2>{_verdict_chart(results)}"
-        f"<h2>Pass rate per test</h2>{_rate_chart(results)}"
         f"<h2>Submissions</h2>{_table(results)}"
+        f"<h2>Pass rate per test</h2>{_rate_chart(results)}"
         f"<h2>Failing tests</h2>{_failures(results)}"
         "</body></html>\n"
     )
