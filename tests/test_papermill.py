@@ -77,3 +77,17 @@ def test_stopped_cell_ends_the_run_with_cellboxs_error_in_the_output_notebook(tm
     assert f"CellTimeoutError: {evalue}" in plain("\n".join(error.traceback))
     assert last.outputs == [] and last.execution_count is None
     assert out.metadata.papermill.exception is True
+
+
+def test_a_notebook_without_a_language_needs_it_named(tmp_path: Path) -> None:
+    # docs/papermill.md, "Set up": `-k cellbox` names the kernel, not the language papermill writes parameters in.
+    _notebook(tmp_path / "in.ipynb", runaway=False)
+    nb = nbformat.read(tmp_path / "in.ipynb", as_version=4)
+    del nb.metadata["kernelspec"]
+    nbformat.write(nb, tmp_path / "in.ipynb")
+    refused = _papermill(tmp_path, "-k", "cellbox", "in.ipynb", "out.ipynb", "-p", "n", "10")
+    assert refused.returncode == 1 and not (tmp_path / "out.ipynb").exists()
+    assert "ValueError: No language found in notebook and no override provided." in refused.stderr
+    done = _papermill(tmp_path, "-k", "cellbox", "-l", "python", "in.ipynb", "out.ipynb", "-p", "n", "10")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert _stdout(nbformat.read(tmp_path / "out.ipynb", as_version=4).cells[2]) == "sum 45\n"
