@@ -95,3 +95,12 @@ def test_readme_links_every_docs_page_a_newcomer_needs() -> None:
     for link in linked:
         if link.startswith("docs/"):
             assert link.endswith(".md") and (ROOT / link).is_file(), link
+
+
+def test_readme_gives_the_isolation_cellbox_run_uses_by_default() -> None:
+    # `cellbox run --help` says which isolation a run gets when --isolation is not given.
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("cellbox")), "run", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert "isolation auto" in " ".join(result.stdout.split())
+    assert "By default (`--isolation auto`)" in " ".join(README.read_text().split())
