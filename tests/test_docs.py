@@ -1,10 +1,13 @@
 """The documentation builds with warnings as errors, its command examples run, and its tables match the code.
 
 Every code block whose language is ``console`` in ``docs/`` (and in the README) is an example: each ``$ `` line
-is a command, run with ``bash`` in a temporary directory holding a copy of ``examples/``, with this environment's
-``bin`` (so the installed ``cellbox``) first on ``PATH``; the lines below it are its output, stdout and stderr
-together. In that output a number stands for any number, ``...`` for any text on its line, and a line of
-``...`` alone for any number of lines. A block with ``{.slow}`` on the line before it is marked slow.
+is a command, run with ``bash`` as a reader of the page runs it, in a temporary directory that stands for the
+clone after its setup: a copy of ``examples/`` and ``lessons/``, and ``.venv/bin`` (this environment's ``bin``,
+so the installed ``cellbox``). That ``bin`` is on ``PATH`` only when the page says to activate the virtualenv
+(``. .venv/bin/activate``), as it is in the reader's shell; ``$ cd DIR`` moves the commands after it to ``DIR``.
+The lines below a command are its output, stdout and stderr together. In that output a number stands for any
+number, ``...`` for any text on its line, and a line of ``...`` alone for any number of lines. A block with the
+HTML comment ``<!-- slow -->`` on the line before it (which GitHub and Sphinx do not show) is marked slow.
 """
 
 from __future__ import annotations
@@ -35,7 +38,10 @@ EXAMPLE_TIMEOUT = 120  # seconds for one command of an example; the slowest (a s
 # The examples show a normal user's output; run as root, cellbox adds these (see docs/run.md, "Running as root").
 ROOT_SUFFIX = " (ran as root: not contained)"
 ROOT_WARNING = "cellbox: warning: the child ran as root, so the limits did not contain it"
-_BLOCK = re.compile(r"^(\{\.slow\}\n)?```console\n(.*?)^```", re.MULTILINE | re.DOTALL)
+SLOW_MARKER = "<!-- slow -->"
+ACTIVATE = ". .venv/bin/activate"
+_BLOCK = re.compile(rf"^({re.escape(SLOW_MARKER)}\n)?```console\n(.*?)^```", re.MULTILINE | re.DOTALL)
+_CD = re.compile(r"cd (\S+)")
 _WILDCARD = re.compile(r"(\.\.\.|\d+(?:\.\d+)?)")
 
 
@@ -48,11 +54,13 @@ class Example(NamedTuple):
     where: str
     slow: bool
     commands: list[Command]
+    activated: bool  # the page says to activate the virtualenv, so its bin is on the reader's PATH
 
 
 def examples_in(path: Path) -> list[Example]:
     """The ``console`` blocks of one Markdown file, each as its commands and their expected output."""
     text = path.read_text()
+    activated = ACTIVATE in text
     examples = []
     for match in _BLOCK.finditer(text):
         line = text.count("\n", 0, match.start(2))
@@ -63,7 +71,7 @@ def examples_in(path: Path) -> list[Example]:
             else:
                 assert commands, f"{path.name}:{line}: a console block starts with output, not a '$ ' command"
                 commands[-1].expected.append(row)
-        examples.append(Example(f"{path.relative_to(ROOT)}:{line}", match.group(1) is not None, commands))
+        examples.append(Example(f"{path.relative_to(ROOT)}:{line}", match.group(1) is not None, commands, activated))
     return examples
 
 
@@ -91,14 +99,31 @@ def as_a_normal_user(output: str) -> str:
     return "".join(lines).replace(ROOT_SUFFIX, "").replace('"as_root": true', '"as_root": false')
 
 
-def run_command(command: str, cwd: Path) -> str:
-    # `.venv/bin/cellbox` in the README is the installed cellbox, as is `cellbox` in the docs.
-    command = re.sub(r"(^|\s)\.venv/bin/", r"\1", command)
-    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+VENV_BIN = Path(sys.executable).parent
+IN_A_VENV = sys.prefix != sys.base_prefix
+
+
+def reader_path(activated: bool) -> str:
+    """The reader's ``PATH``: this virtualenv's ``bin`` first if the page activated it, else not on it at all."""
+    entries = os.environ.get("PATH", "").split(os.pathsep)
+    if IN_A_VENV:  # a shell that never activated it does not have it (outside a venv, bin is /usr/bin: keep it)
+        entries = [entry for entry in entries if entry and Path(entry).resolve() != VENV_BIN.resolve()]
+    return os.pathsep.join([str(VENV_BIN), *entries] if activated else entries)
+
+
+def like_the_clone(directory: Path) -> None:
+    """Make ``directory`` stand for a clone after its setup: ``examples/``, ``lessons/`` and ``.venv/bin``."""
+    shutil.copytree(ROOT / "examples", directory / "examples")
+    shutil.copytree(ROOT / "lessons", directory / "lessons", ignore=shutil.ignore_patterns("__pycache__"))
+    (directory / ".venv").mkdir()
+    (directory / ".venv" / "bin").symlink_to(VENV_BIN, target_is_directory=True)
+
+
+def run_command(command: str, cwd: Path, activated: bool) -> str:
     result = subprocess.run(
         ["bash", "-c", command],
         cwd=cwd,
-        env=env,
+        env={**os.environ, "PATH": reader_path(activated)},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -116,9 +141,14 @@ EXAMPLES = [example for path in [README, *PAGES] for example in examples_in(path
     [pytest.param(e, id=e.where, marks=[pytest.mark.slow] if e.slow else []) for e in EXAMPLES],
 )
 def test_console_example_prints_what_the_docs_show(example: Example, tmp_path: Path) -> None:
-    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    like_the_clone(tmp_path)
+    cwd = tmp_path
     for command, expected in example.commands:
-        output = as_a_normal_user(run_command(command, tmp_path))
+        if cd := _CD.fullmatch(command):
+            cwd = cwd / cd.group(1)
+            assert cwd.is_dir() and not expected, f"{example.where}: `{command}`"
+            continue
+        output = as_a_normal_user(run_command(command, cwd, example.activated))
         if output and not output.endswith("\n"):
             output += "\n"
         assert output_pattern(expected).fullmatch(output), (
@@ -138,6 +168,39 @@ def test_output_pattern_takes_numbers_and_ellipses_as_wildcards() -> None:
     assert pattern.fullmatch("cellbox: status=ok wall=1s peak=9M\na\nb\n}\n")
     assert not pattern.fullmatch("cellbox: status=error wall=1.02s peak=9M\n}\n")
     assert not pattern.fullmatch("cellbox: status=ok wall=1.02s peak=9M\n}\nmore\n")
+
+
+def test_the_reader_finds_cellbox_on_path_only_after_activating(tmp_path: Path) -> None:
+    # A page that gives bare `cellbox` commands without saying to activate fails here, as it does for a reader.
+    like_the_clone(tmp_path)
+    found = run_command("command -v cellbox || echo not found", tmp_path, activated=True)
+    assert Path(found.strip()) == VENV_BIN / "cellbox"
+    assert run_command(".venv/bin/cellbox --version", tmp_path, activated=False).startswith("cellbox ")
+    if IN_A_VENV:
+        assert run_command("command -v cellbox || echo not found", tmp_path, activated=False) == "not found\n"
+
+
+def test_every_page_that_gives_commands_says_how_to_reach_them() -> None:
+    # Bare `cellbox`, `pip`, `python` in a page's command blocks work only in an activated virtualenv.
+    for page in PAGES:
+        text = page.read_text()
+        blocks = re.findall(r"^```(?:sh|console)\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+        bare = [
+            line for block in blocks for line in block.splitlines() if re.match(r"(\$ )?(cellbox|pip|python) ", line)
+        ]
+        if bare and page.name != "nbgrader.md":  # nbgrader's page installs cellbox into nbgrader's own environment
+            assert ACTIVATE in text, f"{page.relative_to(ROOT)}: {bare[0]}"
+        assert "{.slow}" not in text, f"{page.relative_to(ROOT)}: GitHub shows {{.slow}}; mark it {SLOW_MARKER}"
+
+
+def test_the_default_cell_timeout_the_students_page_quotes_is_the_kernels() -> None:
+    from cellbox.kernel.cellerrors import error_for_outcome
+    from cellbox.sandbox.outcome import Outcome
+
+    outcome = Outcome(Status.TIMED_OUT, None, "SIGKILL", 30.1, 0.0, 0, "", "", False)
+    ename, evalue = error_for_outcome(outcome, Limits()) or ("", "")
+    quoted = " ".join((DOCS / "getting-started" / "students.md").read_text().split())
+    assert f"`{ename}: {evalue.split('; ')[0]}; ...`" in quoted
 
 
 def page_text(path: Path) -> str:
