@@ -473,7 +473,12 @@ def make_plan(isolation: Isolation, support: Support, *, user: str | int | None)
         )
     sockets = _sockets_to_deny(isolation, layers)
     kept_root = support.as_root and isolation.keep_root and "user" in layers and run_as is None and not bwrapped
-    refuse = _calls_to_refuse(isolation, layers, bwrapped=bool(bwrapped), kept_root=kept_root)
+    # bwrap refuses nested user namespaces (--disable-userns) only where it makes the run's own: as a normal
+    # user, and for root kept at uid 0; a run root hands to another user gets the filter's refusal instead.
+    own_userns = support.disable_userns and (not support.as_root or (isolation.keep_root and run_as is None))
+    refuse = _calls_to_refuse(
+        isolation, layers, bwrapped=bool(bwrapped), kept_root=kept_root, userns_open=bool(bwrapped) and not own_userns
+    )
     if any(sockets) or refuse:
         blocked = socket_filter_missing()
         if blocked is None:
@@ -502,15 +507,21 @@ REFUSAL_WORDS = {
 }
 
 
-def _calls_to_refuse(isolation: Isolation, layers: list[str], *, bwrapped: bool, kept_root: bool) -> tuple[str, ...]:
+def _calls_to_refuse(
+    isolation: Isolation, layers: list[str], *, bwrapped: bool, kept_root: bool, userns_open: bool = False
+) -> tuple[str, ...]:
     """The groups of :data:`REFUSALS` a run's filter needs: one for each wall bubblewrap would have given.
 
     ``ipc`` and ``userns`` whenever bubblewrap is not in front of the run (no
     IPC namespace, no ``--disable-userns``); ``file-attributes`` when root is
-    kept at uid 0 without bubblewrap's user namespace (``kept_root``).
+    kept at uid 0 without bubblewrap's user namespace (``kept_root``); with
+    bubblewrap, ``userns`` alone when it leaves nested user namespaces open
+    (``userns_open``: root's run handed to another user, or a bwrap before 0.8).
     """
-    if not isolation.wanted or bwrapped:
+    if not isolation.wanted:
         return ()
+    if bwrapped:
+        return ("userns",) if userns_open else ()
     return ("ipc", *(("file-attributes",) if kept_root else ()), "userns")
 
 
