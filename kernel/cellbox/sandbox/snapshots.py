@@ -16,6 +16,12 @@ below run in the snapshots themselves and in the commands they fork.
   has checked that the pid the snapshot named is its own child; a snapshot
   that names another is dropped with whatever it started, and the run is
   forked from the snapshot before it.
+* A **spare** is a run's command forked ahead of its run, as soon as the
+  snapshot it comes from is the one the next run will be forked from: the
+  keeper checks its pid as it checks a run's, stops it, kills whatever else
+  the fork started, and later sends it the run's request and pipes on its own
+  socket, so a run does not wait for the two forks (see
+  :meth:`cellbox.sandbox.keeper.Keeper.make_spare`).
 * A **run's command** applies the run's limits (soft limits: a snapshot keeps
   the hard limits it started with, so a later cell can be given more) and runs
   its module.  When the run asks for a snapshot and its command finishes the
@@ -444,12 +450,7 @@ def fork_run(sock, request, fds):
         try:
             os.close(pid_w)
             sock.close()
-            # The command waits until the keeper has checked the reply: one byte to go,
-            # end of file not to (the snapshot's reply named another process).
-            go = named.pop("go")
-            if os.read(go, 1) != b"x":
-                os._exit(0)
-            os.close(go)
+            request, named = wait_for_go(request, named)
             return command_main(request, named)  # returns only in the next snapshot
         except BaseException:  # noqa: BLE001 - never back into this snapshot's loop as a command
             os._exit(1)
@@ -467,6 +468,27 @@ def fork_run(sock, request, fds):
     os.waitpid(middle, 0)
     send_json(sock, {"pid": int(data)} if data else {"error": "the run's command could not be forked"})
     return None
+
+
+def wait_for_go(request, named):
+    """In a command just forked: wait until the keeper has checked the snapshot's reply; the run's request.
+
+    A run's command waits for one byte on its ``go`` pipe (end of file: the
+    snapshot's reply named another process, and it leaves).  A **spare**, forked
+    ahead of its run, waits on its own socket for the run's request and pipes,
+    which the keeper sends when the run comes (end of file: it was discarded).
+    """
+    if "spare" in named:
+        with socket.socket(fileno=named.pop("spare")) as spare:
+            request, fds = receive(spare)
+        if request is None:
+            os._exit(0)
+        return request, dict(zip(request["handoff"], fds, strict=True))
+    go = named.pop("go")
+    if os.read(go, 1) != b"x":
+        os._exit(0)
+    os.close(go)
+    return request, named
 
 
 def signal_scope_problem():
