@@ -187,6 +187,7 @@ class Keeper:
         self.run = None
         self.wake_r = None
         self.spare = None
+        self.making = None  # (snapshot, socket, deadline) while a spare is being forked
         self.spare_note = None  # why the last spare could not be made, for the next run's notes
 
     # ---------------------------------------------------------------- start
@@ -222,10 +223,11 @@ class Keeper:
             watched = [self.sock, wake_r]
             if self.run is not None:
                 watched.append(self.run.control_fd)
-            # A run whose command keeps its hard limits (a snapshot's) is held to
-            # RLIMIT_CPU's hard limit here: looked at every CPU_CHECK seconds.
-            timeout = CPU_CHECK if self.run is not None and self.run.cpu_hard is not None else None
-            ready, _, _ = select.select(watched, [], [], timeout)
+            if self.making is not None:
+                watched.append(self.making[0].sock)
+            ready, _, _ = select.select(watched, [], [], self.wait_time())
+            if self.making is not None and (self.making[0].sock in ready or time.monotonic() >= self.making[2]):
+                self.finish_spare()
             if self.run is not None and self.run.cpu_hard is not None:
                 self.enforce_cpu()
             if wake_r in ready:
@@ -241,6 +243,16 @@ class Keeper:
             if self.sock in ready and not self.on_request():
                 return
 
+    def wait_time(self):
+        """Seconds the loop may wait: a run that keeps its hard limits (a snapshot's) is held to RLIMIT_CPU's
+        hard limit here, looked at every CPU_CHECK seconds; a spare's fork has its deadline."""
+        times = []
+        if self.run is not None and self.run.cpu_hard is not None:
+            times.append(CPU_CHECK)
+        if self.making is not None:
+            times.append(max(0.0, self.making[2] - time.monotonic()))
+        return min(times) if times else None
+
     def on_request(self):
         """One request from the kernel; ``False`` when the kernel is gone."""
         try:
@@ -250,6 +262,10 @@ class Keeper:
         if request is None:
             return False
         op = request.get("op", "run")
+        while self.making is not None and not (op == "settle" and request.get("keep")):
+            # Every other request needs the spare, or the snapshot forking it, settled first
+            # (a snapshot that failed to fork it is dropped, and the one before it asked).
+            self.finish_spare()
         if op == "run":
             reply = self.start_run(request, fds)
         elif op == "settle":
@@ -346,44 +362,67 @@ class Keeper:
         return spare.pid, following
 
     def make_spare(self):
-        """Fork the next run's command ahead of its run, from the snapshot it will come from; keep it stopped.
+        """Start forking the next run's command ahead of its run, from the snapshot it will come from.
 
-        Called when no run is going and nothing is pending (after the session
-        is ready, a settle, an undo, a run that left no snapshot).  The
-        snapshot's reply is checked as for a run (:meth:`Snapshot.fork`); one
-        that fails it is dropped with what it started, and the next run's notes
-        say so.  Whatever the fork started beside the spare (a cell's at-fork
-        handler) is killed now: nothing of a cell runs between cells.
+        Returns at once: :meth:`finish_spare` takes the snapshot's reply (in
+        the loop, or when a request needs the spare).  Called when no run is
+        going: after a run ends (from its new snapshot, which the kernel then
+        most likely keeps), and after the session is ready, a settle or an undo.
         """
-        if self.run is not None or self.chain.pending is not None:
+        if self.run is not None or self.making is not None:
             return
         sources = self.chain.sources(carried=True)
+        source = self.chain.pending or (sources[0] if sources else None)
         if self.spare is not None:
-            if sources and self.spare.source is sources[0]:
+            if self.spare.source is source:
                 return
             self.discard_spare()
-        for source in sources:
-            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            try:
-                pid = source.fork({"op": "spare", "handoff": ["spare"]}, [theirs.fileno()], self.chain.pids())
-            except OSError as exc:
-                mine.close()
-                which = "base" if source is self.chain.base else "latest"
-                self.spare_note = (
-                    f"session: the {which} snapshot did not fork the run ({exc.strerror or exc}); it was dropped, "
-                    "and the run was forked from the one before it"
-                )
-                self.drop(source)
-                continue
-            finally:
-                theirs.close()
-            try:
-                os.kill(pid, signal.SIGSTOP)
-            except OSError:
-                pass
-            self.spare = Spare(pid, mine, source)
-            self.kill_strays()
+        if source is None:
             return
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            source.ask_fork({"op": "spare", "handoff": ["spare"]}, [theirs.fileno()])
+        except OSError as exc:
+            mine.close()
+            self.spare_failed(source, exc)
+            return
+        finally:
+            theirs.close()
+        self.making = (source, mine, time.monotonic() + snapshots.SNAPSHOT_TIMEOUT)
+
+    def finish_spare(self):
+        """Take the reply of the snapshot forking the spare (waiting up to its deadline); stop the spare.
+
+        The reply is checked as a run's is (:meth:`Snapshot.forked`); a
+        snapshot that fails it is dropped with what it started, and the next
+        run's notes say so.  Whatever the fork started beside the spare (a
+        cell's at-fork handler) is killed now: nothing of a cell runs between
+        cells.
+        """
+        source, mine, deadline = self.making
+        self.making = None
+        try:
+            pid = source.forked(self.chain.pids(), max(0.0, deadline - time.monotonic()))
+        except OSError as exc:
+            mine.close()
+            self.spare_failed(source, exc)
+            return
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except OSError:
+            pass
+        self.spare = Spare(pid, mine, source)
+        self.kill_strays()
+
+    def spare_failed(self, source, exc):
+        """The snapshot did not fork the spare as asked: drop it, say so in the next run's notes, try the one before."""
+        which = "base" if source is self.chain.base else "latest"
+        self.spare_note = (
+            f"session: the {which} snapshot did not fork the run ({exc.strerror or exc}); it was dropped, "
+            "and the run was forked from the one before it"
+        )
+        self.drop(source)
+        self.make_spare()
 
     def discard_spare(self):
         """Kill the spare (its snapshot is no longer the next run's) and reap it, so no run counts it as its own."""
@@ -562,7 +601,7 @@ class Keeper:
             except OSError:
                 pass
         self.run = None
-        self.make_spare()  # a run that left a snapshot gets its spare when it is settled
+        self.make_spare()  # from the snapshot it left, if any: the kernel keeps most of them
 
     def take_snapshot(self, run):
         """Accept the hello the finished command's snapshot sent, if it names a child of ours; stop it at once.

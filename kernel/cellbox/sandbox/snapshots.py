@@ -578,10 +578,26 @@ class Snapshot:
 
         ``spared`` are the session's snapshots, which the command cannot be.
         """
+        self.ask_fork(request, fds)
+        return self.forked(spared, SNAPSHOT_TIMEOUT)
+
+    def ask_fork(self, request, fds):
+        """The first half of :meth:`fork`: continue this snapshot and send it the request.  Raises OSError."""
         try:
             os.kill(self.pid, signal.SIGCONT)
             self.sock.settimeout(SNAPSHOT_TIMEOUT)
             send_json(self.sock, request, fds)
+        except OSError:
+            self.stop()
+            raise
+
+    def forked(self, spared, timeout):
+        """The second half of :meth:`fork`: its reply within ``timeout`` seconds, checked; the command's pid.
+
+        Stops the snapshot again whatever the reply.  Raises OSError.
+        """
+        try:
+            self.sock.settimeout(timeout)
             data = self.sock.recv(65536)
         finally:
             self.stop()
@@ -648,6 +664,8 @@ class Chain:
         self.kept = [snap for snap in self.kept if snap is not snapshot]
         if snapshot is self.base:
             self.base = None
+        if snapshot is self.pending:
+            self.pending = None
 
     def forget(self, pid):
         """A snapshot that died (killed by hand, or by the OOM killer) is no longer the state."""
