@@ -529,6 +529,26 @@ def test_next_run_is_forked_ahead_and_held_stopped_until_it_comes() -> None:
         assert before & after == before - {ran}  # the base snapshot stays
 
 
+def _nice_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return int(f.read().rsplit(b")", 1)[1].split()[16])  # proc(5): field 19, nice
+
+
+def test_keeper_keeps_the_callers_priority_and_runs_start_from_the_lowest() -> None:
+    with ForkServer(preload=[]) as fork_server:
+        assert fork_server.wait_ready(60)
+        keeper = fork_server.pid
+        assert keeper is not None
+        assert _nice_of(keeper) == os.getpriority(os.PRIO_PROCESS, 0)
+        assert {_nice_of(pid) for pid in _wait_for_stopped_children(keeper, 2)} == {19}
+        code = "import os\nprint(os.getpriority(os.PRIO_PROCESS, 0))"
+        # Only root may set a run's priority above the snapshot's (setpriority(2)).
+        for nice in (19, 12) if os.geteuid() == 0 else (19,):
+            limits = Limits(wall_time=10, cpu_time=10, memory=1024**3, nice=nice)
+            stdout, _stderr, _isolation = forked(fork_server, code, limits=limits)
+            assert int(stdout) == nice
+
+
 def test_outcome_of_a_forked_run_comes_after_its_processes_are_reaped(server: ForkServer) -> None:
     # The session's keeper supervises: its exit record comes after it has reaped the command and
     # killed the rest (a multiprocessing pool's workers among them), so nothing of the run is left.

@@ -65,6 +65,9 @@ PR_SET_DUMPABLE = 4
 SNAPSHOT_NAME = b"cellbox-snap"
 # Where the channel's ends go in the command, as for a spawned command (sandbox.CHANNEL_FDS).
 CHANNEL_TARGETS = {"message": 3, "reply": 4}
+# The niceness snapshots (and so the runs forked from them) start at: the lowest priority, as the
+# keeper's was; a run then sets its own (nice), which only root may set lower (setpriority(2)).
+SNAPSHOT_NICE = 19
 # Seconds a snapshot may take to fork a run, and a finished command to say its snapshot is there.
 SNAPSHOT_TIMEOUT = 5.0
 # (spec, code) of the warmed module's ``python -m`` entry, found once by the keeper (see prefetch).
@@ -527,6 +530,10 @@ def start_base(sock, config):
         # No Landlock layer: the session's runs still may not signal or trace the keeper.
         problem = signal_scope_problem()
     warmed = warm(config.get("warm"))
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, max(SNAPSHOT_NICE, os.getpriority(os.PRIO_PROCESS, 0)))
+    except OSError:
+        pass
     size, _resident = vm_size()
     send_json(sock, {"event": "snapshot", "pid": os.getpid(), "landlock": problem, "warmed": warmed, "vm_size": size})
     serve_snapshot(sock)
