@@ -613,7 +613,10 @@ class Keeper:
         following, run.following = run.following, None
         if following is None:
             return
-        following.setblocking(False)
+        # The command does not wait for its snapshot's hello (its exit and the hello overlap): one
+        # that ended as a finished module does (exit status 0 or 1) has forked it, and it is waited for.
+        finished = os.WIFEXITED(run.status) and os.WEXITSTATUS(run.status) in (0, 1)
+        following.settimeout(snapshots.SNAPSHOT_TIMEOUT if finished else 0)
         try:
             hello, _fds = receive(following)
         except (OSError, ValueError):

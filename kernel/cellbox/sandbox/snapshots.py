@@ -44,7 +44,6 @@ import os
 import random
 import re
 import runpy
-import select
 import signal
 import socket
 import sys
@@ -231,18 +230,17 @@ def command_main(request, named):
 
 
 def make_snapshot(fd):
-    """Fork the next snapshot from this finished command; ``True`` in the snapshot, ``False`` never returns here.
+    """Fork the next snapshot from this finished command; ``True`` in the snapshot, ``False`` in the command.
 
-    The command waits until the snapshot has said hello on its socket, so the
-    keeper finds the hello when it reaps the command.  Returns ``True`` in the
-    new snapshot; in the command it returns ``False`` (the caller then ends it).
+    The command does not wait for its snapshot: it ends (the caller ends it)
+    while the snapshot says hello on its socket, and the keeper, once it has
+    reaped the command, waits for that hello (:meth:`cellbox.sandbox.keeper.Keeper.take_snapshot`).
     """
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
             pass
-    ready_r, ready_w = os.pipe()
     # Born not dumpable: no later cell may trace a snapshot or write its memory (ptrace(2),
     # process_vm_writev(2)); this command ends right after the fork anyway.
     set_dumpable(False)
@@ -252,16 +250,10 @@ def make_snapshot(fd):
         return False
     if pid == 0:
         try:
-            os.close(ready_r)
             become_snapshot(fd)
-            os.write(ready_w, b"x")
-            os.close(ready_w)
             return True
         except BaseException:  # noqa: BLE001 - a snapshot that cannot start leaves quietly
             os._exit(0)
-    os.close(ready_w)
-    select.select([ready_r], [], [], SNAPSHOT_TIMEOUT)
-    os.close(ready_r)
     return False
 
 
