@@ -490,6 +490,65 @@ def test_warm_up_that_fails_leaves_no_half_made_shell_for_the_cell() -> None:
     assert (done.stdout, done.returncode) == ("True 2\n", 0), done.stderr
 
 
+def _stopped_children(pid: int) -> set[int]:
+    """Children of ``pid`` in state T (stopped), from /proc."""
+    found = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/children") as f:
+            for child in map(int, f.read().split()):
+                with open(f"/proc/{child}/stat", "rb") as stat:
+                    if stat.read().rsplit(b")", 1)[1].split()[0] == b"T":
+                        found.add(child)
+    return found
+
+
+def _wait_for_stopped_children(pid: int, count: int) -> set[int]:
+    deadline = time.monotonic() + 30
+    while len(found := _stopped_children(pid)) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return found
+
+
+def test_next_run_is_forked_ahead_and_held_stopped_until_it_comes() -> None:
+    # Between runs the keeper holds two stopped children: the base snapshot and the spare,
+    # the next run's command forked ahead. The run is that process; a new spare follows it.
+    with ForkServer(preload=[]) as fork_server:
+        assert fork_server.wait_ready(60)
+        keeper = fork_server.pid  # no pid namespace here: a pid of ours
+        assert keeper is not None
+        before = _wait_for_stopped_children(keeper, 2)
+        assert len(before) == 2
+        code = "import os\nprint(os.getpid())"
+        outcome = run([sys.executable, "-m", "cellbox._testprog", code], forkserver=fork_server, limits=FORKED_LIMITS)
+        assert "forkserver" in outcome.isolation
+        ran = int(outcome.stdout)
+        assert ran in before
+        after = _wait_for_stopped_children(keeper, 2)
+        assert len(after) == 2
+        assert ran not in after
+        assert before & after == before - {ran}  # the base snapshot stays
+
+
+def _nice_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return int(f.read().rsplit(b")", 1)[1].split()[16])  # proc(5): field 19, nice
+
+
+def test_keeper_keeps_the_callers_priority_and_runs_start_from_the_lowest() -> None:
+    with ForkServer(preload=[]) as fork_server:
+        assert fork_server.wait_ready(60)
+        keeper = fork_server.pid
+        assert keeper is not None
+        assert _nice_of(keeper) == os.getpriority(os.PRIO_PROCESS, 0)
+        assert {_nice_of(pid) for pid in _wait_for_stopped_children(keeper, 2)} == {19}
+        code = "import os\nprint(os.getpriority(os.PRIO_PROCESS, 0))"
+        # Only root may set a run's priority above the snapshot's (setpriority(2)).
+        for nice in (19, 12) if os.geteuid() == 0 else (19,):
+            limits = Limits(wall_time=10, cpu_time=10, memory=1024**3, nice=nice)
+            stdout, _stderr, _isolation = forked(fork_server, code, limits=limits)
+            assert int(stdout) == nice
+
+
 def test_outcome_of_a_forked_run_comes_after_its_processes_are_reaped(server: ForkServer) -> None:
     # The session's keeper supervises: its exit record comes after it has reaped the command and
     # killed the rest (a multiprocessing pool's workers among them), so nothing of the run is left.

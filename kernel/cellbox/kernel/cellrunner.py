@@ -44,6 +44,13 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+if __name__ == "__main__":
+    # Run from the imported module, whose globals (the session's shell) the snapshots keep; the rest
+    # of this copy's body is not run (a millisecond of a cell's start: its classes and functions).
+    from cellbox.kernel.cellrunner import main as _main
+
+    sys.exit(_main())
+
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 
 
@@ -433,10 +440,3 @@ def main(argv: list[str] | None = None) -> int:
     if _in_session():
         return status
     os._exit(status)
-
-
-if __name__ == "__main__":
-    # Run from the imported module, whose globals (the session's shell) the snapshots keep.
-    from cellbox.kernel.cellrunner import main as _main
-
-    sys.exit(_main())

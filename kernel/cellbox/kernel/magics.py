@@ -90,12 +90,20 @@ def cell_limits(code: str, base: Limits) -> tuple[Limits, str]:
 
 
 def register(shell: Any, limits: dict[str, Any]) -> None:
-    """Add cellbox's magics to ``shell`` (an IPython InteractiveShell in a cell's child).
+    """Add cellbox's magics to ``shell`` (an IPython InteractiveShell in a cell's child), or update them.
+
+    The session's shell lives on from cell to cell (each cell is forked from
+    the last one's snapshot), so the magics are made once, when a shell first
+    gets them (about a millisecond: a traitlets class), and later cells only
+    set the limits ``%limits`` shows.
 
     Args:
         shell: the child's shell.
         limits: the limits this cell runs with (``Limits.as_dict()``), shown by ``%limits``.
     """
+    shell.cellbox_limits = dict(limits)
+    if getattr(shell, "cellbox_magics", False):
+        return
     from IPython.core.error import UsageError
     from IPython.core.magic import Magics, line_cell_magic, magics_class
 
@@ -108,12 +116,14 @@ def register(shell: Any, limits: dict[str, Any]) -> None:
                     "%%limits works on the first line of a cell only, where cellbox reads it before the cell "
                     "starts; move it there"
                 )
-            print(Limits(**limits).describe() if limits else Limits().describe())
+            now = getattr(self.shell, "cellbox_limits", {})
+            print(Limits(**now).describe() if now else Limits().describe())
 
     CellboxMagics.limits.__doc__ = LIMITS_HELP
     shell.register_magics(CellboxMagics)
     for name, reason in NEEDS_LONG_LIVED_PROCESS.items():
         _replace_magic(shell, name, reason)
+    shell.cellbox_magics = True
 
 
 def _replace_magic(shell: Any, name: str, reason: str) -> None:

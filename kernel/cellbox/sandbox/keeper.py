@@ -13,6 +13,7 @@ Who is who (one session)::
     kernel ──socket──> keeper K (this module's main; trusted: never runs cell code)
                         ├── base snapshot S0  (forked once: warm shell, no cell has run in it)
                         ├── snapshots S1..Sn  (each a fork of a finished cell: its state)
+                        ├── spare             (the next run's command, forked ahead from Sn or S0, stopped)
                         └── cell C            (forked from Sn, or from S0 for a pristine run)
 
 * The **keeper** imports the preload list, forks ``S0``, and then only
@@ -23,7 +24,9 @@ Who is who (one session)::
   or trace it (landlock(7), ``LANDLOCK_SCOPE_SIGNAL``).  Per run it obeys the
   control pipe (``interrupt``, ``kill``), reaps, kills every process of the run
   when its command ends, and writes the launcher's JSON exit record on the
-  status pipe.
+  status pipe.  Between runs it keeps one **spare**: the next run's command,
+  forked ahead from the snapshot that run will come from, stopped until the
+  run's request comes (two forks off the run's way).
 
 Snapshots, the chain, and the commands forked from them are in :mod:`cellbox.sandbox.snapshots`.
 
@@ -158,8 +161,24 @@ class Run:
         return usage.ru_utime + usage.ru_stime
 
 
+class Spare:
+    """The next run's command, forked ahead of its run from ``source``: stopped, waiting for the run on ``sock``."""
+
+    def __init__(self, pid, sock, source):
+        self.pid = pid
+        self.sock = sock
+        self.source = source
+
+    def kill(self):
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.sock.close()
+
+
 class Keeper:
-    """The session's trusted supervisor: the snapshot chain and the run now going."""
+    """The session's trusted supervisor: the snapshot chain, the spare and the run now going."""
 
     def __init__(self, sock, config):
         self.sock = sock
@@ -167,6 +186,9 @@ class Keeper:
         self.chain = Chain(int(config.get("undo_depth", 0)))
         self.run = None
         self.wake_r = None
+        self.spare = None
+        self.making = None  # (snapshot, socket, deadline) while a spare is being forked
+        self.spare_note = None  # why the last spare could not be made, for the next run's notes
 
     # ---------------------------------------------------------------- start
 
@@ -201,10 +223,11 @@ class Keeper:
             watched = [self.sock, wake_r]
             if self.run is not None:
                 watched.append(self.run.control_fd)
-            # A run whose command keeps its hard limits (a snapshot's) is held to
-            # RLIMIT_CPU's hard limit here: looked at every CPU_CHECK seconds.
-            timeout = CPU_CHECK if self.run is not None and self.run.cpu_hard is not None else None
-            ready, _, _ = select.select(watched, [], [], timeout)
+            if self.making is not None:
+                watched.append(self.making[0].sock)
+            ready, _, _ = select.select(watched, [], [], self.wait_time())
+            if self.making is not None and (self.making[0].sock in ready or time.monotonic() >= self.making[2]):
+                self.finish_spare()
             if self.run is not None and self.run.cpu_hard is not None:
                 self.enforce_cpu()
             if wake_r in ready:
@@ -220,6 +243,16 @@ class Keeper:
             if self.sock in ready and not self.on_request():
                 return
 
+    def wait_time(self):
+        """Seconds the loop may wait: a run that keeps its hard limits (a snapshot's) is held to RLIMIT_CPU's
+        hard limit here, looked at every CPU_CHECK seconds; a spare's fork has its deadline."""
+        times = []
+        if self.run is not None and self.run.cpu_hard is not None:
+            times.append(CPU_CHECK)
+        if self.making is not None:
+            times.append(max(0.0, self.making[2] - time.monotonic()))
+        return min(times) if times else None
+
     def on_request(self):
         """One request from the kernel; ``False`` when the kernel is gone."""
         try:
@@ -229,6 +262,10 @@ class Keeper:
         if request is None:
             return False
         op = request.get("op", "run")
+        while self.making is not None and not (op == "settle" and request.get("keep")):
+            # Every other request needs the spare, or the snapshot forking it, settled first
+            # (a snapshot that failed to fork it is dropped, and the one before it asked).
+            self.finish_spare()
         if op == "run":
             reply = self.start_run(request, fds)
         elif op == "settle":
@@ -240,6 +277,8 @@ class Keeper:
         else:
             reply = {"error": f"unknown request {op!r}"}
         send_json(self.sock, reply)
+        if op in ("settle", "undo"):
+            self.make_spare()  # after the reply: while the kernel answers its client
         return True
 
     # ---------------------------------------------------------------- runs
@@ -259,17 +298,23 @@ class Keeper:
             return {"error": "the session is busy with another run" if self.run else "the base snapshot is gone"}
         if self.chain.pending is not None:
             self.settle(False)  # never settled: the kernel moved on without it
-        self.set_processes(request)
-        problem = None
+        earlier, self.spare_note = self.spare_note, None
+        spare = self.take_spare(request)
+        self.set_processes(request, spare)
+        pid = following = problem = None
         try:
-            for source in self.sources(request):
+            if spare is not None:
+                pid, following = self.hand_to_spare(spare, request, named)
+            for source in self.sources(request) if pid is None else []:
                 pid, following, problem = self.fork_from(source, request, named)
                 if pid is not None:
-                    if problem:
-                        _launch.note(named["status"], problem)
-                    self.run = Run(request, named, pid, following)
-                    self.run.refusals_before = self.pids_refusals()
-                    return {"pid": pid}
+                    break
+            if pid is not None:
+                for note in filter(None, (earlier, problem)):
+                    _launch.note(named["status"], note)
+                self.run = Run(request, named, pid, following)
+                self.run.refusals_before = self.pids_refusals()
+                return {"pid": pid}
         finally:
             # The command has its own copies now; the keeper keeps only status and control.
             for name in named:
@@ -278,6 +323,130 @@ class Keeper:
         for name in ("status", "control"):
             os.close(named[name])
         return {"error": problem or "no snapshot could fork the run"}
+
+    def take_spare(self, request):
+        """The spare, if it was forked from the snapshot this run comes from (else it is discarded); ``None``."""
+        sources = self.sources(request)
+        if self.spare is not None and not (sources and self.spare.source is sources[0]):
+            self.discard_spare()
+        spare, self.spare = self.spare, None
+        return spare
+
+    def hand_to_spare(self, spare, request, named):
+        """Give the run to the spare: its request and pipes on its socket, then SIGCONT.  ``(pid, following)``.
+
+        ``(None, None)`` when the spare is gone (killed from outside, or by the
+        OOM killer): the run is then forked as usual.
+        """
+        state = process_state(spare.pid)
+        if state is None or state[0] == "Z" or state[1] != os.getpid():
+            spare.kill()
+            return None, None
+        following = theirs = None
+        if request.get("snapshot"):
+            following, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        names = [name for name in named if name != "control"] + (["snapshot"] if theirs else [])
+        carried = [named[name] for name in names if name != "snapshot"] + ([theirs.fileno()] if theirs else [])
+        try:
+            send_json(spare.sock, dict(request, handoff=names), carried)
+            os.kill(spare.pid, signal.SIGCONT)
+        except OSError:
+            spare.kill()
+            if following is not None:
+                following.close()
+            return None, None
+        finally:
+            if theirs is not None:
+                theirs.close()
+        spare.sock.close()
+        return spare.pid, following
+
+    def make_spare(self):
+        """Start forking the next run's command ahead of its run, from the snapshot it will come from.
+
+        Returns at once: :meth:`finish_spare` takes the snapshot's reply (in
+        the loop, or when a request needs the spare).  Called when no run is
+        going: after a run ends (from its new snapshot, which the kernel then
+        most likely keeps), and after the session is ready, a settle or an undo.
+        """
+        if self.run is not None or self.making is not None:
+            return
+        sources = self.chain.sources(carried=True)
+        source = self.chain.pending or (sources[0] if sources else None)
+        if self.spare is not None:
+            if self.spare.source is source:
+                return
+            self.discard_spare()
+        if source is None:
+            return
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            source.ask_fork({"op": "spare", "handoff": ["spare"]}, [theirs.fileno()])
+        except OSError as exc:
+            mine.close()
+            self.spare_failed(source, exc)
+            return
+        finally:
+            theirs.close()
+        self.making = (source, mine, time.monotonic() + snapshots.SNAPSHOT_TIMEOUT)
+
+    def finish_spare(self):
+        """Take the reply of the snapshot forking the spare (waiting up to its deadline); stop the spare.
+
+        The reply is checked as a run's is (:meth:`Snapshot.forked`); a
+        snapshot that fails it is dropped with what it started, and the next
+        run's notes say so.  Whatever the fork started beside the spare (a
+        cell's at-fork handler) is killed now: nothing of a cell runs between
+        cells.
+        """
+        source, mine, deadline = self.making
+        self.making = None
+        try:
+            pid = source.forked(self.chain.pids(), max(0.0, deadline - time.monotonic()))
+        except OSError as exc:
+            mine.close()
+            self.spare_failed(source, exc)
+            return
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except OSError:
+            pass
+        self.spare = Spare(pid, mine, source)
+        self.kill_strays()
+
+    def spare_failed(self, source, exc):
+        """The snapshot did not fork the spare as asked: drop it, say so in the next run's notes, try the one before."""
+        which = "base" if source is self.chain.base else "latest"
+        self.spare_note = (
+            f"session: the {which} snapshot did not fork the run ({exc.strerror or exc}); it was dropped, "
+            "and the run was forked from the one before it"
+        )
+        self.drop(source)
+        self.make_spare()
+
+    def discard_spare(self):
+        """Kill the spare (its snapshot is no longer the next run's) and reap it, so no run counts it as its own."""
+        spare, self.spare = self.spare, None
+        if spare is not None:
+            spare.kill()
+            try:
+                os.waitpid(spare.pid, 0)
+            except ChildProcessError:
+                pass
+
+    def spared(self):
+        """Pids the end of a run must not kill: the snapshots' and the spare's."""
+        return self.chain.pids() | ({self.spare.pid} if self.spare is not None else set())
+
+    def kill_strays(self):
+        """SIGKILL every process of the session that is neither a snapshot nor the spare, until none is left."""
+        while True:
+            pids = [pid for pid in subtree(os.getpid()) if pid not in self.spared()]
+            if not pids:
+                return
+            _launch.kill_processes(None, pids)
+            self.reap()
+            select.select([], [], [], 0.001)
 
     def sources(self, request):
         """The snapshots to fork the run from, in order: the latest kept one, then older ones, then the base."""
@@ -318,21 +487,24 @@ class Keeper:
 
     def drop(self, snapshot):
         """Kill a snapshot that misbehaved, and every process of the session that is not a kept snapshot."""
+        if self.spare is not None and self.spare.source is snapshot:
+            self.discard_spare()
         self.chain.remove(snapshot)
-        spared = self.chain.pids()
+        spared = self.spared()
         _launch.kill_processes(None, [pid for pid in subtree(os.getpid()) if pid not in spared])
         self.reap()
 
-    def set_processes(self, request):
+    def set_processes(self, request, spare=None):
         """The run's processes limit on the session's pids cgroup: the session's own tasks, plus the run's.
 
         Counted here (the keeper and its snapshots, threads included), not read
         from ``pids.current``, which still counts the last run's unreaped zombies.
+        The ``spare`` that becomes the run's command is the run's, not the session's.
         """
         cgroup = self.config.get("cgroup")
         if not cgroup:
             return
-        mine = [os.getpid(), *subtree(os.getpid())]
+        mine = [pid for pid in [os.getpid(), *subtree(os.getpid())] if spare is None or pid != spare.pid]
         tasks = 0
         for pid in mine:
             try:
@@ -362,7 +534,7 @@ class Keeper:
 
     def enforce_cpu(self):
         """SIGKILL each process of the run whose CPU time reached the run's hard limit (soft + 1 s, setrlimit(2))."""
-        run, spared = self.run, self.chain.pids()
+        run, spared = self.run, self.spared()
         spent = [pid for pid in subtree(os.getpid()) if pid not in spared and cpu_seconds(pid) >= run.cpu_hard]
         _launch.kill_processes(None, spent)
 
@@ -392,6 +564,9 @@ class Keeper:
                 run.peak_kib = max(run.peak_kib, usage.ru_maxrss)
                 if pid == run.pid:
                     run.status, run.rusage = status, usage
+            if self.spare is not None and pid == self.spare.pid:
+                self.spare.sock.close()
+                self.spare = None
             self.chain.forget(pid)
 
     def kill_run(self):
@@ -403,7 +578,7 @@ class Keeper:
         """
         run = self.run
         while True:
-            spared = self.chain.pids()
+            spared = self.spared()
             # Below a snapshot too: whatever cell code a snapshot ran (an at-fork handler's
             # child) is the run's, and dies with it.
             pids = [pid for pid in subtree(os.getpid()) if pid not in spared]
@@ -426,6 +601,7 @@ class Keeper:
             except OSError:
                 pass
         self.run = None
+        self.make_spare()  # from the snapshot it left, if any: the kernel keeps most of them
 
     def take_snapshot(self, run):
         """Accept the hello the finished command's snapshot sent, if it names a child of ours; stop it at once.
@@ -437,7 +613,10 @@ class Keeper:
         following, run.following = run.following, None
         if following is None:
             return
-        following.setblocking(False)
+        # The command does not wait for its snapshot's hello (its exit and the hello overlap): one
+        # that ended as a finished module does (exit status 0 or 1) has forked it, and it is waited for.
+        finished = os.WIFEXITED(run.status) and os.WEXITSTATUS(run.status) in (0, 1)
+        following.settimeout(snapshots.SNAPSHOT_TIMEOUT if finished else 0)
         try:
             hello, _fds = receive(following)
         except (OSError, ValueError):
@@ -536,6 +715,7 @@ def main():
     ready.update(failed=failed, landlock=hello.get("landlock"), dumpable=not dumpable, cgroup=bool(config["cgroup"]))
     ready["seconds"] = round(time.monotonic() - started, 3)
     send_json(sock, ready)
+    keeper.make_spare()
     keeper.serve()
 
 

@@ -16,6 +16,12 @@ below run in the snapshots themselves and in the commands they fork.
   has checked that the pid the snapshot named is its own child; a snapshot
   that names another is dropped with whatever it started, and the run is
   forked from the snapshot before it.
+* A **spare** is a run's command forked ahead of its run, as soon as the
+  snapshot it comes from is the one the next run will be forked from: the
+  keeper checks its pid as it checks a run's, stops it, kills whatever else
+  the fork started, and later sends it the run's request and pipes on its own
+  socket, so a run does not wait for the two forks (see
+  :meth:`cellbox.sandbox.keeper.Keeper.make_spare`).
 * A **run's command** applies the run's limits (soft limits: a snapshot keeps
   the hard limits it started with, so a later cell can be given more) and runs
   its module.  When the run asks for a snapshot and its command finishes the
@@ -38,7 +44,6 @@ import os
 import random
 import re
 import runpy
-import select
 import signal
 import socket
 import sys
@@ -59,6 +64,9 @@ PR_SET_DUMPABLE = 4
 SNAPSHOT_NAME = b"cellbox-snap"
 # Where the channel's ends go in the command, as for a spawned command (sandbox.CHANNEL_FDS).
 CHANNEL_TARGETS = {"message": 3, "reply": 4}
+# The niceness snapshots (and so the runs forked from them) start at: the lowest priority, as the
+# keeper's was; a run then sets its own (nice), which only root may set lower (setpriority(2)).
+SNAPSHOT_NICE = 19
 # Seconds a snapshot may take to fork a run, and a finished command to say its snapshot is there.
 SNAPSHOT_TIMEOUT = 5.0
 # (spec, code) of the warmed module's ``python -m`` entry, found once by the keeper (see prefetch).
@@ -222,18 +230,17 @@ def command_main(request, named):
 
 
 def make_snapshot(fd):
-    """Fork the next snapshot from this finished command; ``True`` in the snapshot, ``False`` never returns here.
+    """Fork the next snapshot from this finished command; ``True`` in the snapshot, ``False`` in the command.
 
-    The command waits until the snapshot has said hello on its socket, so the
-    keeper finds the hello when it reaps the command.  Returns ``True`` in the
-    new snapshot; in the command it returns ``False`` (the caller then ends it).
+    The command does not wait for its snapshot: it ends (the caller ends it)
+    while the snapshot says hello on its socket, and the keeper, once it has
+    reaped the command, waits for that hello (:meth:`cellbox.sandbox.keeper.Keeper.take_snapshot`).
     """
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
             pass
-    ready_r, ready_w = os.pipe()
     # Born not dumpable: no later cell may trace a snapshot or write its memory (ptrace(2),
     # process_vm_writev(2)); this command ends right after the fork anyway.
     set_dumpable(False)
@@ -243,16 +250,10 @@ def make_snapshot(fd):
         return False
     if pid == 0:
         try:
-            os.close(ready_r)
             become_snapshot(fd)
-            os.write(ready_w, b"x")
-            os.close(ready_w)
             return True
         except BaseException:  # noqa: BLE001 - a snapshot that cannot start leaves quietly
             os._exit(0)
-    os.close(ready_w)
-    select.select([ready_r], [], [], SNAPSHOT_TIMEOUT)
-    os.close(ready_r)
     return False
 
 
@@ -444,12 +445,7 @@ def fork_run(sock, request, fds):
         try:
             os.close(pid_w)
             sock.close()
-            # The command waits until the keeper has checked the reply: one byte to go,
-            # end of file not to (the snapshot's reply named another process).
-            go = named.pop("go")
-            if os.read(go, 1) != b"x":
-                os._exit(0)
-            os.close(go)
+            request, named = wait_for_go(request, named)
             return command_main(request, named)  # returns only in the next snapshot
         except BaseException:  # noqa: BLE001 - never back into this snapshot's loop as a command
             os._exit(1)
@@ -467,6 +463,27 @@ def fork_run(sock, request, fds):
     os.waitpid(middle, 0)
     send_json(sock, {"pid": int(data)} if data else {"error": "the run's command could not be forked"})
     return None
+
+
+def wait_for_go(request, named):
+    """In a command just forked: wait until the keeper has checked the snapshot's reply; the run's request.
+
+    A run's command waits for one byte on its ``go`` pipe (end of file: the
+    snapshot's reply named another process, and it leaves).  A **spare**, forked
+    ahead of its run, waits on its own socket for the run's request and pipes,
+    which the keeper sends when the run comes (end of file: it was discarded).
+    """
+    if "spare" in named:
+        with socket.socket(fileno=named.pop("spare")) as spare:
+            request, fds = receive(spare)
+        if request is None:
+            os._exit(0)
+        return request, dict(zip(request["handoff"], fds, strict=True))
+    go = named.pop("go")
+    if os.read(go, 1) != b"x":
+        os._exit(0)
+    os.close(go)
+    return request, named
 
 
 def signal_scope_problem():
@@ -505,6 +522,10 @@ def start_base(sock, config):
         # No Landlock layer: the session's runs still may not signal or trace the keeper.
         problem = signal_scope_problem()
     warmed = warm(config.get("warm"))
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, max(SNAPSHOT_NICE, os.getpriority(os.PRIO_PROCESS, 0)))
+    except OSError:
+        pass
     size, _resident = vm_size()
     send_json(sock, {"event": "snapshot", "pid": os.getpid(), "landlock": problem, "warmed": warmed, "vm_size": size})
     serve_snapshot(sock)
@@ -556,10 +577,26 @@ class Snapshot:
 
         ``spared`` are the session's snapshots, which the command cannot be.
         """
+        self.ask_fork(request, fds)
+        return self.forked(spared, SNAPSHOT_TIMEOUT)
+
+    def ask_fork(self, request, fds):
+        """The first half of :meth:`fork`: continue this snapshot and send it the request.  Raises OSError."""
         try:
             os.kill(self.pid, signal.SIGCONT)
             self.sock.settimeout(SNAPSHOT_TIMEOUT)
             send_json(self.sock, request, fds)
+        except OSError:
+            self.stop()
+            raise
+
+    def forked(self, spared, timeout):
+        """The second half of :meth:`fork`: its reply within ``timeout`` seconds, checked; the command's pid.
+
+        Stops the snapshot again whatever the reply.  Raises OSError.
+        """
+        try:
+            self.sock.settimeout(timeout)
             data = self.sock.recv(65536)
         finally:
             self.stop()
@@ -626,6 +663,8 @@ class Chain:
         self.kept = [snap for snap in self.kept if snap is not snapshot]
         if snapshot is self.base:
             self.base = None
+        if snapshot is self.pending:
+            self.pending = None
 
     def forget(self, pid):
         """A snapshot that died (killed by hand, or by the OOM killer) is no longer the state."""
