@@ -51,6 +51,7 @@ from . import _launch, snapshots
 from .snapshots import (
     Chain,
     Snapshot,
+    continue_process,
     prefetch,
     preload,
     process_state,
@@ -59,6 +60,7 @@ from .snapshots import (
     set_dumpable,
     set_name,
     start_base,
+    stop_process,
     vm_size,
 )
 
@@ -235,6 +237,9 @@ class Keeper:
                     os.read(wake_r, 4096)
                 except OSError:
                     pass
+                # SIGCHLD comes when a child of the keeper is continued too: a snapshot or the spare, which
+                # only the keeper may continue.
+                self.check_stopped()
             if self.run is not None and self.run.control_fd in ready:
                 self.on_control()
             self.reap()
@@ -349,7 +354,7 @@ class Keeper:
         carried = [named[name] for name in names if name != "snapshot"] + ([theirs.fileno()] if theirs else [])
         try:
             send_json(spare.sock, dict(request, handoff=names), carried)
-            os.kill(spare.pid, signal.SIGCONT)
+            continue_process(spare.pid)
         except OSError:
             spare.kill()
             if following is not None:
@@ -407,10 +412,7 @@ class Keeper:
             mine.close()
             self.spare_failed(source, exc)
             return
-        try:
-            os.kill(pid, signal.SIGSTOP)
-        except OSError:
-            pass
+        stop_process(pid)
         self.spare = Spare(pid, mine, source)
         self.kill_strays()
 
@@ -433,6 +435,49 @@ class Keeper:
                 os.waitpid(spare.pid, 0)
             except ChildProcessError:
                 pass
+
+    def check_stopped(self):
+        """Kill every snapshot, and the spare, that someone other than the keeper continued.
+
+        Snapshots and the spare share the cells' user and Landlock domain, so a
+        cell may send them SIGCONT (kill(2)); what a cell left in them (a signal
+        handler, a thread an at-fork handler started) would then run between
+        cells.  The keeper is their parent, and each continuing of a stopped
+        child is reported to it (waitid(2) ``WCONTINUED``; SIGCHLD wakes the
+        loop); its own are consumed as it makes them
+        (:func:`~cellbox.sandbox.snapshots.continue_process`).  Any other kills
+        the process, which leaves the chain (the state it held is gone: the next
+        run's notes say so), and, between runs, everything it started.
+        """
+        woken = set()
+        while True:
+            try:
+                report = os.waitid(os.P_ALL, 0, os.WCONTINUED | os.WNOHANG)
+            except ChildProcessError:
+                break
+            if report is None:
+                break
+            woken.add(report.si_pid)
+        if not woken:
+            return
+        if self.spare is not None and self.spare.pid in woken:
+            self.discard_spare()
+            self.spare_note = "session: the spare was continued from outside the session and was killed"
+        held = [snap for snap in [*self.chain.snapshots(), self.chain.pending] if snap is not None]
+        for snap in held:
+            if snap.pid not in woken:
+                continue
+            if snap is self.chain.pending:
+                snap.kill()
+                self.chain.pending = None
+            else:
+                self.chain.remove(snap)
+            self.spare_note = (
+                "session: a snapshot was continued from outside the session (SIGCONT) and was killed; "
+                "the state it held is gone"
+            )
+        if self.run is None:
+            self.kill_strays()
 
     def spared(self):
         """Pids the end of a run must not kill: the snapshots' and the spare's."""

@@ -48,6 +48,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 import types
 import warnings
@@ -191,6 +192,8 @@ def command_main(request, named):
         # A run that becomes a snapshot keeps its hard limits as they were (see apply_limits).
         spec = dict(request, fds=places, landlock=None, soft_limits=SNAPSHOT)
         status_fd = _launch.prepare_command(spec, status_fd, exact_priority=True)
+        if carried:
+            below_state(request)
         set_dumpable(True)  # the cell's own process, as any program (its snapshot is not)
         python_signals()
         if carried:
@@ -227,6 +230,37 @@ def command_main(request, named):
         except (OSError, ValueError):
             pass
     os._exit(status)
+
+
+def below_state(request):
+    """End a carried run whose memory limit is below the address space its state already holds.
+
+    RLIMIT_AS counts what the run starts with (setrlimit(2)): under a lower
+    limit every allocation fails, so the run is ended at once, before any of
+    its code, as a program that ran out of memory (a ``MemoryError`` as its
+    last line, exit status 1), which its caller classifies ``memory_limit``.
+    """
+    memory = request.get("limits", {}).get("memory")
+    if memory is None:
+        return
+    size, _resident = vm_size()
+    if size < memory:
+        return
+    held, limit = _launch_size(size), _launch_size(memory)
+    os.write(
+        2,
+        f"MemoryError: the notebook's state already takes {held} of address space, more than this run's "
+        f"memory limit of {limit}: raise the limit (for example %%limits memory=...) or free memory first\n".encode(),
+    )
+    os._exit(1)
+
+
+def _launch_size(size):
+    """``size`` bytes as people write it (``512M``, ``1.5G``)."""
+    for unit, factor in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
+        if size >= factor:
+            return f"{size / factor:.3g}{unit}"
+    return f"{size}B"
 
 
 def make_snapshot(fd):
@@ -552,6 +586,61 @@ def process_state(pid):
 # --------------------------------------------------------------------------- the chain, as the keeper holds it
 
 
+# Seconds a process the keeper stops may take to be stopped; one that is not by then is killed.
+STOP_TIMEOUT = 5.0
+
+
+def stop_process(pid):
+    """SIGSTOP ``pid`` and wait until /proc says it is stopped; SIGKILL it if it is not within :data:`STOP_TIMEOUT`.
+
+    The stop is sent again while waiting: a SIGCONT sent meanwhile discards a
+    pending SIGSTOP (signal(7)).  A snapshot or spare the keeper cannot keep
+    stopped is not kept at all.
+    """
+    deadline = time.monotonic() + STOP_TIMEOUT
+    pause = 0.0002
+    while True:
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except OSError:
+            return
+        time.sleep(pause)
+        state = process_state(pid)
+        if state is None or state[0] in ("T", "t", "Z"):
+            return
+        if time.monotonic() >= deadline:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            return
+        pause = min(pause * 2, 0.05)
+
+
+def continue_process(pid):
+    """SIGCONT ``pid`` (the keeper's own continuing), and consume the ``continued`` report it makes (waitid(2)).
+
+    SIGCONT's continuing happens when it is sent, so the report is there at
+    once; any later one for a snapshot or the spare is someone else's SIGCONT
+    (see :meth:`cellbox.sandbox.keeper.Keeper.check_stopped`), and one found
+    here, before the keeper's own, is too.
+
+    Raises:
+        OSError: it was continued from outside since the keeper stopped it, or it is gone.
+    """
+    try:
+        earlier = os.waitid(os.P_PID, pid, os.WCONTINUED | os.WNOHANG)
+    except ChildProcessError:
+        earlier = None  # not (yet) the keeper's child: it reports to its parent
+    if earlier is not None:
+        raise OSError(0, "it was continued from outside the session (SIGCONT)")
+    os.kill(pid, signal.SIGCONT)
+    try:
+        os.waitid(os.P_PID, pid, os.WCONTINUED | os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
 class Snapshot:
     """The keeper's handle on one snapshot process: its pid and its socket; stopped while nobody needs it."""
 
@@ -560,10 +649,8 @@ class Snapshot:
         self.sock = sock
 
     def stop(self):
-        try:
-            os.kill(self.pid, signal.SIGSTOP)
-        except OSError:
-            pass
+        """SIGSTOP it and wait until it is stopped (see :func:`stop_process`)."""
+        stop_process(self.pid)
 
     def kill(self):
         try:
@@ -583,7 +670,7 @@ class Snapshot:
     def ask_fork(self, request, fds):
         """The first half of :meth:`fork`: continue this snapshot and send it the request.  Raises OSError."""
         try:
-            os.kill(self.pid, signal.SIGCONT)
+            continue_process(self.pid)
             self.sock.settimeout(SNAPSHOT_TIMEOUT)
             send_json(self.sock, request, fds)
         except OSError:
