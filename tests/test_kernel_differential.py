@@ -189,7 +189,10 @@ def _run(cells: list[Cell], kernel: str, directory: Path) -> list[list[dict[str,
 def test_notebook_outputs_match_ipykernel(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # ipykernel's cells see the PATH of whoever started Jupyter: as someone who activated this
     # environment, its bin first (cellbox puts it first for every cell).
-    monkeypatch.setenv("PATH", os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+    # Only folders this user may search: `su` keeps root's PATH (/root/...), where a program lookup fails with
+    # EACCES, which IPython's %%script reports as PermissionError instead of "Couldn't find program".
+    searchable = [part for part in os.environ.get("PATH", "").split(os.pathsep) if part and os.access(part, os.X_OK)]
+    monkeypatch.setenv("PATH", os.pathsep.join([os.path.dirname(sys.executable), *searchable]))
     # ipykernel's %store writes under IPython's directory: a fresh one, not the user's ~/.ipython.
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
     cells = NOTEBOOKS[name]
