@@ -95,20 +95,22 @@ def open_up(root: str | os.PathLike[str]) -> None:
     """Give the owner ``rwx`` on every folder below ``root``, without following a symlink anywhere.
 
     Walks with :func:`os.fwalk` (which does not follow links) and changes each
-    folder through ``fchmod`` on a descriptor opened with ``O_NOFOLLOW |
-    O_DIRECTORY`` relative to its parent's descriptor: a link, or a folder
-    swapped for a link meanwhile, fails to open and is left alone.
+    folder through a descriptor opened with ``O_PATH | O_NOFOLLOW |
+    O_DIRECTORY`` relative to its parent's descriptor (``O_PATH`` needs no
+    permission on a folder its owner closed), by its ``/proc/self/fd`` name
+    (open(2), proc(5)): a link, or a folder swapped for a link meanwhile, fails
+    to open and is left alone.
     """
     for _folder, dirs, _files, parent in os.fwalk(root):
         for name in dirs:
             try:
-                fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+                fd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
             except OSError:
-                continue  # a symlink, gone, or not ours to open
+                continue  # a symlink, or gone
             try:
-                os.fchmod(fd, 0o700)
+                os.chmod(f"/proc/self/fd/{fd}", 0o700)
             except OSError:
-                pass
+                pass  # not ours to change
             finally:
                 os.close(fd)
 
