@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
@@ -61,3 +63,19 @@ def missing(what: str, install: str) -> NoReturn:
 def require_tool() -> Callable[..., str]:
     """The :func:`find_tool` function: ``groovy = require_tool("groovy")`` inside a test."""
     return find_tool
+
+
+@pytest.fixture
+def victim() -> Iterator[Path]:
+    """A folder of this test's user outside every run (mode 0o755), with a file in it (mode 0o600)."""
+    folder = Path(tempfile.mkdtemp(prefix="cellbox-victim-", dir="/var/tmp"))
+    folder.chmod(0o755)
+    (folder / "secret").write_text("secret\n")
+    (folder / "secret").chmod(0o600)
+    try:
+        yield folder
+    finally:
+        folder.chmod(0o700)
+        for entry in folder.iterdir():
+            entry.unlink()
+        folder.rmdir()

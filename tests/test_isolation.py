@@ -1027,21 +1027,6 @@ def test_root_kept_without_bubblewrap_or_signal_scope_runs_as_nobody(monkeypatch
 WALL_LIMITS = Limits(wall_time=20, cpu_time=10)
 
 
-@pytest.fixture
-def victim() -> Iterator[Path]:
-    """A directory of this test's user outside every run (mode 0o755), with a file in it (mode 0o600)."""
-    folder = Path(tempfile.mkdtemp(prefix="cellbox-victim-", dir="/var/tmp"))
-    folder.chmod(0o755)
-    (folder / "secret").write_text("secret\n")
-    (folder / "secret").chmod(0o600)
-    try:
-        yield folder
-    finally:
-        for entry in folder.iterdir():
-            entry.unlink()
-        folder.rmdir()
-
-
 CHANGE_FILE_ATTRIBUTES = """
 import os, sys
 folder = sys.argv[1]

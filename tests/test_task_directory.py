@@ -13,7 +13,6 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,22 +24,6 @@ from cellbox.sandbox.limits import Limits
 from kernelkit import execute, running_kernel
 
 LIMITS = Limits(wall_time=20, cpu_time=10)
-
-
-@pytest.fixture
-def victim() -> Iterator[Path]:
-    """A folder of this test's user outside every run (mode 0o755), with a file in it (mode 0o600)."""
-    folder = Path(tempfile.mkdtemp(prefix="cellbox-victim-", dir="/var/tmp"))
-    folder.chmod(0o755)
-    (folder / "secret").write_text("secret\n")
-    (folder / "secret").chmod(0o600)
-    try:
-        yield folder
-    finally:
-        folder.chmod(0o700)
-        for entry in folder.iterdir():
-            entry.unlink()
-        folder.rmdir()
 
 
 PLANT_IN_HOME = """

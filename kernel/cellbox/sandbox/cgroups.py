@@ -40,10 +40,15 @@ def pids_cgroup_root() -> Path | None:
     on for children (see the kernel's cgroup-v1/pids.rst and cgroup-v2.rst).
     Usually only root can write there; elsewhere RLIMIT_NPROC stands in.
     """
-    candidates = [Path("/sys/fs/cgroup/pids")]
+    return _cgroup_root("pids")
+
+
+def _cgroup_root(controller: str) -> Path | None:
+    """The writable cgroup directory of ``controller``: its v1 hierarchy, or the v2 root where it is on for children."""
+    candidates = [Path("/sys/fs/cgroup") / controller]
     v2 = Path("/sys/fs/cgroup")
     try:
-        if "pids" in (v2 / "cgroup.subtree_control").read_text().split():
+        if controller in (v2 / "cgroup.subtree_control").read_text().split():
             candidates.append(v2)
     except OSError:
         pass
@@ -112,17 +117,7 @@ def memory_cgroup_root() -> Path | None:
     controller is on for children (the kernel's cgroup-v1/memory.rst and
     cgroup-v2.rst).  Usually only root can write there.
     """
-    candidates = [Path("/sys/fs/cgroup/memory")]
-    v2 = Path("/sys/fs/cgroup")
-    try:
-        if "memory" in (v2 / "cgroup.subtree_control").read_text().split():
-            candidates.append(v2)
-    except OSError:
-        pass
-    for path in candidates:
-        if (path / "cgroup.procs").exists() and os.access(path, os.W_OK):
-            return path
-    return None
+    return _cgroup_root("memory")
 
 
 class MemoryCgroup(PidsCgroup):
