@@ -54,6 +54,7 @@ import types
 import warnings
 
 from . import _launch
+from .limits import format_size
 
 # The fds a hand-off carries, in the order the parent sends them ("stdin" and
 # the channel's two only when the run has them).
@@ -246,7 +247,7 @@ def below_state(request):
     size, _resident = vm_size()
     if size < memory:
         return
-    held, limit = _launch_size(size), _launch_size(memory)
+    held, limit = format_size(size), format_size(memory)
     os.write(
         2,
         f"MemoryError: the notebook's state already takes {held} of address space, more than this run's "
@@ -254,13 +255,6 @@ def below_state(request):
     )
     os._exit(1)
 
-
-def _launch_size(size):
-    """``size`` bytes as people write it (``512M``, ``1.5G``)."""
-    for unit, factor in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
-        if size >= factor:
-            return f"{size / factor:.3g}{unit}"
-    return f"{size}B"
 
 
 def make_snapshot(fd):
