@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -216,3 +217,38 @@ def test_script_with_a_missing_program_names_the_path_it_searched(kc: BlockingKe
     assert result.stream() == f"Couldn't find program: 'cellbox-no-such-program' on the cell's PATH ({path})\n"
     assert execute(kc, "%%script python3\nprint(6 * 7)").stream() == "42\n"
     assert execute(kc, "%%bash\necho still here").stream() == "still here\n"
+
+
+def test_ipykernel_magics_are_declared_by_name_and_imported_on_first_use() -> None:
+    # The session's shell is built while the kernel starts, and its first cell waits for it: ipykernel's
+    # module (jupyter_client, zmq) is imported only when one of its magics is used.
+    from ipykernel.zmqshell import KernelMagics, ZMQInteractiveShell
+
+    from cellbox.kernel.cellshell import KERNEL_ENVIRONMENT, KERNEL_MAGICS
+
+    assert set(KERNEL_MAGICS) == set(KernelMagics.magics["line"])
+    assert KernelMagics.magics["cell"] == {}
+    before = dict(os.environ)
+    try:
+        ZMQInteractiveShell.init_environment(None)  # type: ignore[arg-type]
+        assert {name: os.environ[name] for name in KERNEL_ENVIRONMENT} == KERNEL_ENVIRONMENT
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
+    code = (
+        "import sys\n"
+        "from cellbox.kernel import cellrunner\n"
+        "cellrunner.warm_start()\n"
+        "shell = cellrunner._shell\n"
+        "print('ipykernel.zmqshell' in sys.modules, 'zmq' in sys.modules)\n"
+        "shell.run_cell('%autosave 0')\n"
+        "print('ipykernel.zmqshell' in sys.modules, type(shell.find_line_magic('autosave').__self__).__name__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.splitlines() == ["False False", "Autosave disabled", "True KernelMagics"]
+
+
+def test_a_refused_ipykernel_magic_stays_refused_after_its_module_is_loaded(kc: BlockingKernelClient) -> None:
+    assert execute(kc, "%autosave 0").stream() == "Autosave disabled\n"
+    refused = execute(kc, "%subshell")
+    assert refused.stream("stderr") == f"UsageError: {NEEDS_LONG_LIVED_PROCESS['subshell']}\n"

@@ -160,10 +160,12 @@ class CellShell(InteractiveShell):
         self.payload_manager.write_payload({"source": "ask_exit", "keepkernel": False})
 
     def init_environment(self) -> None:
-        """The variables ipykernel's shell sets for programs a cell starts (TERM, PAGER=cat, colours)."""
-        from ipykernel.zmqshell import ZMQInteractiveShell
+        """The variables ipykernel's shell sets for programs a cell starts (TERM, PAGER=cat, colours).
 
-        ZMQInteractiveShell.init_environment(self)  # type: ignore[arg-type]
+        The same values as ``ipykernel.zmqshell.ZMQInteractiveShell.init_environment``, set here
+        without importing that module (see :data:`KERNEL_MAGICS`).
+        """
+        os.environ.update(KERNEL_ENVIRONMENT)
 
     def init_virtualenv(self) -> None:
         pass  # the kernel's interpreter is the cells' interpreter; no virtualenv guessing
@@ -185,12 +187,16 @@ class CellShell(InteractiveShell):
         return super().enable_matplotlib(gui)
 
     def init_magics(self) -> None:
-        """IPython's magics, ipykernel's (``%autosave``, ``%less``...), and a ``%%script`` that names the PATH."""
-        super().init_magics()
-        from ipykernel.zmqshell import KernelMagics
+        """IPython's magics, ipykernel's (``%autosave``, ``%less``...), and a ``%%script`` that names the PATH.
 
-        # ipykernel's own shell does these two steps (ZMQInteractiveShell.init_magics).
-        self.register_magics(KernelMagics)
+        ipykernel's are declared the way IPython declares its own
+        (``MagicsManager.register_lazy``): listed by ``%lsmagic`` at once, their
+        module imported the first time one is used (see :data:`KERNEL_MAGICS`).
+        """
+        super().init_magics()
+        # ipykernel's own shell registers these and the %ed alias (ZMQInteractiveShell.init_magics).
+        for name in KERNEL_MAGICS:
+            self.magics_manager.register_lazy(name, "ipykernel.zmqshell:KernelMagics", "line")
         self.magics_manager.register_alias("ed", "edit")
         self.magics_manager.registry.pop(ScriptMagics.__name__, None)
         self.register_magics(CellScriptMagics)
@@ -208,6 +214,22 @@ class CellShell(InteractiveShell):
     def db(self, value: Any) -> None:
         self._db = value
 
+
+# The line magics of ipykernel.zmqshell.KernelMagics (ipykernel 6 and 7), declared lazily by CellShell.init_magics:
+# importing that module brings jupyter_client and zmq along, about 90 ms of the session's start
+# that would hold up its first cell.
+KERNEL_MAGICS = ("edit", "clear", "less", "more", "man", "connect_info", "qtconsole", "autosave", "subshell")
+
+# The environment ipykernel's shell gives the programs a cell starts (ZMQInteractiveShell.init_environment):
+# colours for ls and the tools that support them, and no pager, which cannot work without a terminal.
+KERNEL_ENVIRONMENT = {
+    "TERM": "xterm-color",
+    "CLICOLOR": "1",
+    "FORCE_COLOR": "1",
+    "CLICOLOR_FORCE": "1",
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+}
 
 # Where %store keeps its values, under the notebook folder (the cells' first working directory).
 # ipykernel keeps them in ~/.ipython/profile_default/db; a cell cannot see the user's home, and its own
