@@ -258,6 +258,34 @@ def test_shutdown_kills_the_running_cell_and_removes_the_task_directory(tmp_path
     assert not task.exists()
 
 
+def test_the_kernel_exits_on_its_own_after_a_shutdown_request(tmp_path: Path) -> None:
+    # The request's idle status used to race the interpreter's exit: IOPub's thread stopped first, the
+    # control thread's send then blocked for good, and the kernel lived until jupyter_client terminated it
+    # (2.5 s later: 3 s added to every nbclient run, in 1 to 3 shutdowns of 4). Five tries: one hang fails.
+    exits = []
+    for _ in range(5):
+        km = KernelManager(kernel_name="cellbox")
+        km.start_kernel(cwd=str(tmp_path))
+        kc = km.client()
+        kc.start_channels()
+        try:
+            kc.wait_for_ready(timeout=60)
+            for _cell in range(3):
+                assert execute(kc, "pass").status == "ok"
+        finally:
+            kc.stop_channels()
+        km.request_shutdown()
+        process = km.provisioner.process  # type: ignore[union-attr]
+        deadline = time.monotonic() + 6  # a hang, not a slow exit: nothing terminates it before this
+        while process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        exits.append(process.poll())
+        if process.poll() is None:
+            km.shutdown_kernel(now=True)
+        km.cleanup_resources()
+    assert exits == [0] * 5
+
+
 def test_restart_starts_a_fresh_session(tmp_path: Path) -> None:
     with running_kernel("cellbox", cwd=str(tmp_path)) as (km, kc):
         execute(kc, "before_restart = 1")

@@ -81,6 +81,8 @@ CELL_PRELOAD = (CELL_RUNNER, "cellbox.kernel.cellshell", "cellbox.kernel.magics"
 PID_FILE = "cellbox-kernel.pid"
 # Seconds of idleness after a reply before completion warms up (jedi's first analysis).
 WARM_UP_IDLE = 2.0
+# Seconds the kernel's exit waits for the control thread to finish the shutdown_request (see main).
+CONTROL_STOP_TIMEOUT = 2.0
 # Seconds the first cell waits for the session to be ready before it is spawned instead.
 SESSION_READY_TIMEOUT = 120.0
 # The traceback's last line for a cell whose state is not kept (design: one line says so).
@@ -990,4 +992,24 @@ def main() -> None:
     """Start the kernel: ``python -m cellbox.kernel -f CONNECTION_FILE``."""
     from ipykernel.kernelapp import IPKernelApp
 
-    IPKernelApp.launch_instance(kernel_class=CellboxKernel)
+    class CellboxKernelApp(IPKernelApp):  # type: ignore[misc]
+        """ipykernel's application, whose exit after a ``shutdown_request`` waits for the control thread's last words.
+
+        The request's handler stops the shell's loop and the control thread's.
+        The main thread then leaves :meth:`start` and the interpreter exits,
+        running its atexit handlers (IOPub's thread stops first) while the
+        control thread (a daemon) may still be publishing the request's
+        ``idle`` status through IOPub (``Kernel.process_control``): that send
+        then blocks, ``IPKernelApp.close`` waits for the control thread, and
+        the kernel lives on until jupyter_client terminates it (2.5 s after
+        the request, half its ``shutdown_wait_time``).  Here the main thread
+        waits for the control thread, already told to stop, before it exits.
+        """
+
+        def start(self) -> None:
+            super().start()
+            control = self.control_thread
+            if getattr(self.kernel, "_shutdown_message", None) is not None and control is not None:
+                control.join(CONTROL_STOP_TIMEOUT)
+
+    CellboxKernelApp.launch_instance(kernel_class=CellboxKernel)
