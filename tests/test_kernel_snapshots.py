@@ -67,6 +67,24 @@ def test_a_1_gib_array_is_carried_and_the_snapshot_size_is_in_the_metadata(tmp_p
         assert ok(kc, "print(big.nbytes, big[-1])") == f"{2**30} 1.0\n"
 
 
+def test_the_reply_says_whether_the_state_was_kept_how_deep_and_how_big(tmp_path: Path) -> None:
+    # The keeper's exit record carries what the settle gives either way; the kernel replies without waiting.
+    with running_kernel("cellbox", cwd=str(tmp_path), extra=["--CellboxKernel.undo_depth=1"]) as (_km, kc):
+        facts = [execute(kc, code).metadata["cellbox"]["snapshot"] for code in ("a = 1", "b = bytearray(64 * 2**20)")]
+        stopped = execute(kc, "%%limits wall=1\nimport time\ntime.sleep(30)")
+        after = execute(kc, "c = 3")
+        assert [(f["kept"], f["depth"]) for f in facts] == [(True, 1), (True, 2)]
+        assert facts[1]["rss"] - facts[0]["rss"] >= 60 * 2**20
+        assert stopped.status == "error"
+        dropped = stopped.metadata["cellbox"]["snapshot"]
+        assert (dropped["kept"], dropped["depth"]) == (False, 2)
+        assert dropped["rss"] >= 64 * 2**20  # the state that stays: the second cell's
+        later = after.metadata["cellbox"]["snapshot"]
+        assert (later["kept"], later["depth"]) == (True, 2)
+        assert execute(kc, "%undo").stream().startswith("Undid 1 cell")
+        assert ok(kc, "print(a, 'b' in dir(), 'c' in dir())") == "1 True False\n"
+
+
 def test_a_cell_stopped_by_a_limit_after_a_big_one_leaves_the_big_one_intact(kc: BlockingKernelClient) -> None:
     ok(kc, "import numpy as np\nkeep = np.arange(5_000_000)")
     stopped = execute(kc, "%%limits wall=1\nkeep = None\nimport time\ntime.sleep(30)")

@@ -456,7 +456,9 @@ class CellboxKernel(Kernel):
         # A cell that finished in its own process (an interrupt it stopped at included) forked its
         # snapshot; one stopped by a kill, a limit or a crash did not, or is not trusted to have.
         keep = bool(run.left_snapshot) and outcome.signal is None and outcome.status in KEPT_STATUSES
-        facts = server.settle(keep)
+        # Not waited for: the keeper settles while the reply goes out, and the exit record said what it gives.
+        server.settle(keep, wait=False)
+        facts = run.settle_facts.get("keep" if keep else "drop")
         if facts:
             cell.snapshot = {"kept": keep, **facts}
         cell.discarded = not keep and run.left_snapshot is not None

@@ -681,6 +681,8 @@ class Keeper:
             "kill_requested": run.kill_requested,
             "snapshot": self.chain.pending is not None,
         }
+        # What the settle will answer either way, so the kernel need not wait for it.
+        record["settle"] = {"keep": self.chain_facts(True), "drop": self.chain_facts(False)}
         if os.WIFSIGNALED(status):
             record["signal"] = os.WTERMSIG(status)
         else:
@@ -701,6 +703,15 @@ class Keeper:
         self.reap()
         current = self.chain.current()
         return {"kept": kept, "depth": len(self.chain.kept), "rss": resident_of(current.pid if current else None)}
+
+    def chain_facts(self, keep):
+        """``{"depth", "rss"}`` that :meth:`settle` will answer for ``keep`` (no pending snapshot: as dropped)."""
+        chain = self.chain
+        if keep and chain.pending is not None:
+            state, depth = chain.pending, min(len(chain.kept) + 1, chain.undo_depth + 1)
+        else:
+            state, depth = chain.current(), len(chain.kept)
+        return {"depth": depth, "rss": resident_of(state.pid if state else None)}
 
     def undo(self, count):
         """Drop the newest ``count`` kept snapshots (:meth:`Chain.undo`)."""

@@ -362,6 +362,9 @@ class Run(Confinement, Pump):
     _respawn = False
     # Whether a session's run left a snapshot of itself (None: it was not asked to, or not forked).
     left_snapshot: bool | None = None
+    # What settling that snapshot gives, from the keeper's exit record: {"keep": facts, "drop": facts}, each
+    # {"depth": kept snapshots, "rss": the state's resident bytes} (see ForkServer.settle); empty when unknown.
+    settle_facts: dict[str, Any] = {}
     # Whether the session's pids cgroup refused a fork or thread of the run (None: not known).
     _pids_refused: bool | None = None
 
@@ -470,6 +473,8 @@ class Run(Confinement, Pump):
             if isinstance(self.proc, _Forked) and record is not None:
                 if "snapshot" in record:
                     self.left_snapshot = bool(record["snapshot"])
+                if isinstance(record.get("settle"), dict):
+                    self.settle_facts = record["settle"]
                 if "pids_refused" in record:
                     self._pids_refused = bool(record["pids_refused"])
             if record is None and self._swept is None:

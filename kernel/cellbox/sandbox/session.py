@@ -165,9 +165,10 @@ class _Server:
         return self.outcome is None
 
     def ask(self, request: dict[str, Any], fds: Sequence[int], timeout: float) -> dict[str, Any]:
-        """One request and its reply.  Raises ForkServerError."""
+        """One request and its reply, read after those still owed to :meth:`tell`.  Raises ForkServerError."""
         self.sock.settimeout(timeout)
         try:
+            self._take_owed()
             socket.send_fds(self.sock, [json.dumps(request).encode()], list(fds))
             data = self.sock.recv(65536)
         except OSError as exc:
@@ -178,6 +179,28 @@ class _Server:
         if "error" in reply:
             raise ForkServerError(str(reply["error"]))
         return reply
+
+    def tell(self, request: dict[str, Any], timeout: float) -> None:
+        """Send a request without waiting for its reply; the next :meth:`ask` reads it.  Raises ForkServerError.
+
+        The keeper answers every request in order, one reply each, so a reply
+        left in the socket is read, and dropped, before the next one's.
+        """
+        self.sock.settimeout(timeout)
+        try:
+            self._take_owed()
+            socket.send_fds(self.sock, [json.dumps(request).encode()], [])
+        except OSError as exc:
+            raise ForkServerError(f"the session did not answer ({exc.strerror or type(exc).__name__})") from None
+        self.owed += 1
+
+    owed = 0  # replies of tell()'s requests not read yet
+
+    def _take_owed(self) -> None:
+        while self.owed:
+            if not self.sock.recv(65536):
+                raise ForkServerError("the session closed its socket")
+            self.owed -= 1
 
     def close(self) -> None:
         """End the session: its launcher kills the keeper, every snapshot and every run, then reports.
@@ -440,16 +463,28 @@ class ForkServer:
         """
         return self._request({"op": "stat"})
 
-    def settle(self, keep: bool) -> dict[str, Any]:
+    def settle(self, keep: bool, wait: bool = True) -> dict[str, Any]:
         """Keep the snapshot the last run left as the current state (``keep``), or drop it.
 
         Returns ``{"kept": bool, "depth": kept snapshots, "rss": bytes}`` (the
         current snapshot's resident size), or ``{}`` when there is no session.
+        With ``wait=False`` it returns ``{}`` at once, without the keeper's
+        answer: a kernel takes these facts from the run's exit record
+        (:attr:`cellbox.sandbox.Run.settle_facts`) and replies to its client
+        while the keeper settles.
         """
+        request = {"op": "settle", "keep": bool(keep)}
         try:
-            return self._request({"op": "settle", "keep": bool(keep)})
+            if wait:
+                return self._request(request)
+            with self._lock:
+                server = self._server
+                if server is None or not server.ready.is_set():
+                    return {}
+                server.tell(request, self.handoff_timeout)
         except ForkServerError:
-            return {}
+            pass
+        return {}
 
     def undo(self, count: int = 1) -> dict[str, Any]:
         """Drop the ``count`` newest kept snapshots: the state goes back to before those cells.
