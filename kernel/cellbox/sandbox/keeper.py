@@ -155,6 +155,7 @@ class Run:
         # Only a run that becomes a snapshot keeps soft limits alone, and needs its hard CPU limit kept here.
         cpu = float(request["limits"]["cpu_time"])
         self.cpu_hard = math.ceil(cpu) + 1 if following is not None else None
+        self.next_cpu_check = time.monotonic() + CPU_CHECK
         self.refusals_before = None
 
     @staticmethod
@@ -253,7 +254,7 @@ class Keeper:
         hard limit here, looked at every CPU_CHECK seconds; a spare's fork has its deadline."""
         times = []
         if self.run is not None and self.run.cpu_hard is not None:
-            times.append(CPU_CHECK)
+            times.append(max(0.0, self.run.next_cpu_check - time.monotonic()))
         if self.making is not None:
             times.append(max(0.0, self.making[2] - time.monotonic()))
         return min(times) if times else None
@@ -305,7 +306,7 @@ class Keeper:
             self.settle(False)  # never settled: the kernel moved on without it
         earlier, self.spare_note = self.spare_note, None
         spare = self.take_spare(request)
-        self.set_processes(request, spare)
+        self.set_processes(request)
         pid = following = problem = None
         try:
             if spare is not None:
@@ -539,23 +540,22 @@ class Keeper:
         _launch.kill_processes(None, [pid for pid in subtree(os.getpid()) if pid not in spared])
         self.reap()
 
-    def set_processes(self, request, spare=None):
+    def set_processes(self, request):
         """The run's processes limit on the session's pids cgroup: the session's own tasks, plus the run's.
 
-        Counted here (the keeper and its snapshots, threads included), not read
-        from ``pids.current``, which still counts the last run's unreaped zombies.
-        The ``spare`` that becomes the run's command is the run's, not the session's.
+        Counted here (the keeper and its snapshots, threads included, from
+        /proc/PID/stat), not read from ``pids.current``, which still counts the
+        last run's unreaped zombies.  Between runs the session has no other
+        processes (:meth:`kill_strays`); one it had would only lower the limit.
+        The spare, which becomes the run's command, is the run's.
         """
         cgroup = self.config.get("cgroup")
         if not cgroup:
             return
-        mine = [pid for pid in [os.getpid(), *subtree(os.getpid())] if spare is None or pid != spare.pid]
         tasks = 0
-        for pid in mine:
-            try:
-                tasks += len(os.listdir(f"/proc/{pid}/task"))
-            except OSError:
-                continue
+        for pid in [os.getpid(), *self.chain.pids()]:
+            state = process_state(pid)
+            tasks += state[2] if state is not None else 0
         try:
             with open(os.path.join(cgroup, "pids.max"), "w") as f:
                 # The limit counts the command itself; the snapshot's middle process
@@ -578,8 +578,15 @@ class Keeper:
         return int(counts.get("max", "0"))
 
     def enforce_cpu(self):
-        """SIGKILL each process of the run whose CPU time reached the run's hard limit (soft + 1 s, setrlimit(2))."""
-        run, spared = self.run, self.spared()
+        """SIGKILL each process of the run whose CPU time reached the run's hard limit (soft + 1 s, setrlimit(2)).
+
+        Looked at every :data:`CPU_CHECK` seconds, not at every turn of the loop.
+        """
+        run, now = self.run, time.monotonic()
+        if now < run.next_cpu_check:
+            return
+        run.next_cpu_check = now + CPU_CHECK
+        spared = self.spared()
         spent = [pid for pid in subtree(os.getpid()) if pid not in spared and cpu_seconds(pid) >= run.cpu_hard]
         _launch.kill_processes(None, spent)
 
@@ -635,7 +642,7 @@ class Keeper:
             select.select([], [], [], 0.001)
 
     def end_run(self):
-        """The command has ended: take its snapshot, kill the rest, report."""
+        """The command has ended: take its snapshot, kill the rest, report, ask the snapshot for the next spare."""
         run = self.run
         self.take_snapshot(run)
         self.kill_run()
@@ -646,20 +653,27 @@ class Keeper:
             except OSError:
                 pass
         self.run = None
-        self.make_spare()  # from the snapshot it left, if any: the kernel keeps most of them
+        # From the snapshot it left, if any (the kernel keeps most of them), which is stopped once it
+        # has answered (Snapshot.forked); a snapshot not asked is stopped now.
+        self.make_spare()
+        pending = self.chain.pending
+        if pending is not None and (self.making is None or self.making[0] is not pending):
+            pending.stop()
 
     def take_snapshot(self, run):
-        """Accept the hello the finished command's snapshot sent, if it names a child of ours; stop it at once.
+        """Accept the snapshot the finished command named, if it is a child of ours; it is stopped after its spare.
 
         fork(2) copied the command's main thread only; a thread that an at-fork
         handler of the cell's starts in it is stopped with it (SIGSTOP stops
-        the whole process), so nothing runs in a snapshot between cells.
+        the whole process) when it has forked the next spare, right after the
+        run's report (:meth:`end_run`), so nothing runs in a snapshot between
+        cells.
         """
         following, run.following = run.following, None
         if following is None:
             return
-        # The command does not wait for its snapshot's hello (its exit and the hello overlap): one
-        # that ended as a finished module does (exit status 0 or 1) has forked it, and it is waited for.
+        # The command names its snapshot before it exits: one that ended as a finished module
+        # (exit status 0 or 1) has done so, and its word is waited for.
         finished = os.WIFEXITED(run.status) and os.WEXITSTATUS(run.status) in (0, 1)
         following.settimeout(snapshots.SNAPSHOT_TIMEOUT if finished else 0)
         try:
@@ -668,7 +682,7 @@ class Keeper:
             hello = None
         pid = hello.get("pid") if isinstance(hello, dict) else None
         state = process_state(pid) if isinstance(pid, int) else None
-        if state is None or state[1] != os.getpid() or not self.chain.offer(Snapshot(pid, following)):
+        if state is None or state[1] != os.getpid() or not self.chain.offer(Snapshot(pid, following), stop=False):
             following.close()
             return
         following.setblocking(True)

@@ -25,9 +25,10 @@ below run in the snapshots themselves and in the commands they fork.
 * A **run's command** applies the run's limits (soft limits: a snapshot keeps
   the hard limits it started with, so a later cell can be given more) and runs
   its module.  When the run asks for a snapshot and its command finishes the
-  module alive, it forks the next snapshot (its main thread only: fork(2)
-  copies the calling thread) before it exits; that process closes the run's
-  pipes, says hello on its own socket, and waits.  The kernel then keeps it
+  module alive, it lets go of the run's pipes, forks the next snapshot (its
+  main thread only: fork(2) copies the calling thread), names it on the
+  snapshot's socket, and exits; the snapshot waits there for the keeper's
+  requests (the first: fork the next spare).  The kernel then keeps it
   (``settle``) or drops it.
 * The **chain** is the base snapshot ``S0`` (no run has changed it), the kept
   snapshots (the last is the session's state; the ones before it are what
@@ -260,15 +261,19 @@ def below_state(request):
 def make_snapshot(fd):
     """Fork the next snapshot from this finished command; ``True`` in the snapshot, ``False`` in the command.
 
-    The command does not wait for its snapshot: it ends (the caller ends it)
-    while the snapshot says hello on its socket, and the keeper, once it has
-    reaped the command, waits for that hello (:meth:`cellbox.sandbox.keeper.Keeper.take_snapshot`).
+    The command lets go of the run's streams and channel first (the snapshot
+    then holds none of them, and the run's output ends when the command
+    does), forks, names the snapshot on its socket ``fd``, and returns to end;
+    the keeper, once it has reaped the command, reads that name
+    (:meth:`cellbox.sandbox.keeper.Keeper.take_snapshot`) without waiting
+    for the snapshot to be scheduled.
     """
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
             pass
+    release_streams()
     # Born not dumpable: no later cell may trace a snapshot or write its memory (ptrace(2),
     # process_vm_writev(2)); this command ends right after the fork anyway.
     set_dumpable(False)
@@ -278,15 +283,19 @@ def make_snapshot(fd):
         return False
     if pid == 0:
         try:
-            become_snapshot(fd)
+            become_snapshot()
             return True
         except BaseException:  # noqa: BLE001 - a snapshot that cannot start leaves quietly
             os._exit(0)
+    try:
+        send_json(socket.socket(fileno=os.dup(fd)), {"event": "snapshot", "pid": pid})
+    except OSError:
+        pass  # the keeper is gone: so is the session
     return False
 
 
-def become_snapshot(fd):
-    """In a new snapshot: let go of the run's streams and channel, say hello, block SIGINT."""
+def release_streams():
+    """Put /dev/null on fds 0, 1 and 2 and close the channel's: the run's pipes stay with nobody but the caller."""
     devnull = os.open(os.devnull, os.O_RDWR)
     for target in (0, 1, 2):
         os.dup2(devnull, target)
@@ -296,10 +305,13 @@ def become_snapshot(fd):
             os.close(target)
         except OSError:
             pass
+
+
+def become_snapshot():
+    """In a new snapshot: block SIGINT, take the snapshot's name."""
     # An interrupt meant for the next cell's group never reaches its snapshot.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     set_name(SNAPSHOT_NAME)
-    send_json(socket.socket(fileno=os.dup(fd)), {"event": "snapshot", "pid": os.getpid()})
 
 
 def current_directory():
@@ -755,12 +767,17 @@ class Chain:
         if self.pending is not None and self.pending.pid == pid:
             self.pending = None
 
-    def offer(self, snapshot):
-        """Take ``snapshot`` as the pending one, stopped; ``False`` (and nothing kept) when one is pending already."""
+    def offer(self, snapshot, stop=True):
+        """Take ``snapshot`` as the pending one, stopped; ``False`` (and nothing kept) when one is pending already.
+
+        With ``stop=False`` the caller stops it: the keeper asks a new snapshot
+        for the next spare at once, and stops it when it has answered.
+        """
         if self.pending is not None or snapshot.pid in self.pids():
             return False
         self.pending = snapshot
-        snapshot.stop()
+        if stop:
+            snapshot.stop()
         return True
 
     def settle(self, keep):
