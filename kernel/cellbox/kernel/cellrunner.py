@@ -265,11 +265,22 @@ def _prepare_process(spec: dict[str, Any]) -> None:
     """Environment tweaks before IPython or matplotlib are imported."""
     # As ipykernel does: figures go to the inline backend, shown at plt.show()
     # and at the end of the cell.
-    # find_spec, not import: importing the backend would import matplotlib in every cell.
-    inline = importlib.util.find_spec("matplotlib_inline") is not None
-    os.environ["MPLBACKEND"] = INLINE_BACKEND if inline else "Agg"
+    os.environ["MPLBACKEND"] = INLINE_BACKEND if _inline_backend_installed() else "Agg"
     os.environ.setdefault("PAGER", "cat")
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="jupyter_client")
+
+
+# Whether matplotlib_inline is installed: looked up once per session (in its keeper), not in every cell.
+# A package installed since gives a new session (see cellbox.sandbox.session), which looks again.
+_inline_installed: bool | None = None
+
+
+def _inline_backend_installed() -> bool:
+    global _inline_installed
+    if _inline_installed is None:
+        # find_spec, not import: importing the backend would import matplotlib in every cell.
+        _inline_installed = importlib.util.find_spec("matplotlib_inline") is not None
+    return _inline_installed
 
 
 def prepare_process() -> None:
