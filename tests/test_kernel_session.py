@@ -517,3 +517,30 @@ def test_shell_commands_and_magics_in_history_read_as_ipython_transformed_them(k
     number = execute(kc, "print(len(In) - 2)").stream().strip()
     seen = execute(kc, f"print(In[{number}])").stream()
     assert seen == "get_ipython().system('true')\n"
+
+
+SPEC_SIZE = """
+import glob, os
+print(max(os.path.getsize(path) for path in glob.glob(os.path.join(os.environ["TMPDIR"], "cellbox-cell-*.json"))))
+"""
+
+
+def test_history_is_the_kernels_after_a_stopped_cell_and_an_undo_and_the_spec_does_not_grow(tmp_path: Path) -> None:
+    # A cell's spec names the history by length and digest; a shell whose In is not the kernel's (the cell
+    # before was stopped, or undone) asks for it. Under ipykernel a stopped cell's input stays in In too.
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (_km, kc):
+        assert execute(kc, "a = 1").status == "ok"
+        assert execute(kc, "%%limits wall=1\nimport time\ntime.sleep(30)").content["ename"] == "CellTimeoutError"
+        seen = execute(kc, "print(In[1:], _i2 == In[2], _ii)").stream()
+        assert seen == "['a = 1', 'import time\\ntime.sleep(30)', 'print(In[1:], _i2 == In[2], _ii)'] True a = 1\n"
+        assert execute(kc, "b = 2").status == "ok"
+        assert execute(kc, "%undo").stream().startswith("Undid 1 cell")
+        assert execute(kc, "print(len(In), In[4], In[5], 'b' in dir())").stream() == "7 b = 2 %undo False\n"
+        long_comment = "# " + "x" * 2000 + "\n"
+        first = int(execute(kc, long_comment + SPEC_SIZE).stream())
+        for _ in range(20):
+            assert execute(kc, long_comment + "pass").status == "ok"
+        later = int(execute(kc, long_comment + SPEC_SIZE).stream())
+        assert later - first < 200  # the 20 inputs of 2 KB each are not in it
+        check = f"print(len(In), In[-3] == _i27 == {long_comment + 'pass'!r})"
+        assert execute(kc, check).stream() == "30 True\n"

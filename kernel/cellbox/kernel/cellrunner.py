@@ -27,13 +27,21 @@ Messages on fd 3 (one JSON object per line, ``"type"`` first):
 ``execute_result``, ``error``, ``failed`` (the reply's ename and evalue),
 ``input_request``, ``payload``, ``user_expressions``, ``memory_error``,
 ``transformed`` (the cell as IPython transformed it, which the kernel passes
-back in later specs so a new shell need not transform all of history).
+back when a shell must be given the history, so it need not transform all of
+it again), ``history_request`` (the shell's history is not the kernel's: the
+reply names a file with the kernel's inputs and their transformed forms).
+
+The spec names the history the cell's shell must have by its length and
+digest (:func:`history_digest`), not by its inputs: a long notebook's spec
+stays small, and the inputs cross only when the shell's differ (a cell that
+was stopped, ``%undo``, a new shell).
 """
 
 from __future__ import annotations
 
 import builtins
 import getpass
+import hashlib
 import importlib.util
 import io
 import json
@@ -227,6 +235,47 @@ def _block_widgets() -> None:
 # --------------------------------------------------------------------------- history
 
 
+def history_digest(entries: list[str], start: str = "") -> str:
+    """The digest of history ``entries`` (each without its trailing newlines), chained on ``start``.
+
+    SHA-1 of the previous digest and the entry, entry by entry, so the kernel
+    and a shell keep it as their histories grow.  Not a secret: a cell may
+    forge it, and only its own ``In`` is then wrong.
+    """
+    digest = start
+    for entry in entries:
+        digest = hashlib.sha1(f"{digest}\0{entry.rstrip(chr(10))}".encode()).hexdigest()
+    return digest
+
+
+def _shell_history(shell: Any) -> tuple[int, str]:
+    """``(entries, digest)`` of the shell's ``In`` (IPython's ``input_hist_raw``), its digests kept as it grows."""
+    raw = shell.history_manager.input_hist_raw
+    digests: list[str] = getattr(shell, "cellbox_history_digests", [])
+    if len(digests) > len(raw):
+        digests = []
+    for entry in raw[len(digests) :]:
+        digests.append(history_digest([entry], digests[-1] if digests else ""))
+    shell.cellbox_history_digests = digests
+    return len(raw), digests[-1] if digests else ""
+
+
+def _history_from_kernel(shell: Any, channel: Channel, spec: dict[str, Any]) -> tuple[list[str], list[Any]] | None:
+    """The kernel's inputs and their transformed forms, when the spec's digest is not the shell's; else ``None``."""
+    if "history" in spec:  # given whole (a caller that does not keep digests)
+        return list(spec["history"]), list(spec.get("transformed", []))
+    if _shell_history(shell) == (spec.get("history_length"), spec.get("history_digest")):
+        return None
+    channel.send({"type": "history_request"})
+    reply = channel.receive()
+    path = reply.get("path")
+    if not isinstance(path, str):
+        return None  # the kernel did not give it: this cell's In stays the shell's
+    with open(path, encoding="utf-8") as f:
+        given = json.load(f)
+    return list(given.get("history", [""])), list(given.get("transformed", []))
+
+
 def _sync_history(shell: Any, history: list[str], transformed: list[Any]) -> None:
     """Make the shell's ``In`` the kernel's, when they differ (a new shell, or a state undone with ``%undo``).
 
@@ -244,6 +293,7 @@ def _sync_history(shell: Any, history: list[str], transformed: list[Any]) -> Non
         shell.compile.cache(cell, number, raw_code=source)
         parsed.append(cell.rstrip("\n"))
     hm.input_hist_raw[:] = [source.rstrip("\n") for source in history]
+    shell.cellbox_history_digests = []
     hm.input_hist_parsed[:] = parsed
     # _i, _ii, _iii and _iN as IPython's HistoryManager.store_inputs keeps them.
     earlier = parsed + ["", "", ""]
@@ -374,7 +424,9 @@ def _session_shell(channel: Channel, spec: dict[str, Any]) -> Any:
         shell.starting_dir = os.getcwd()
     magics.register(shell, spec.get("limits", {}))
     _install_stdin(channel, bool(spec.get("allow_stdin")))
-    _sync_history(shell, list(spec.get("history", [""])), list(spec.get("transformed", [])))
+    given = _history_from_kernel(shell, channel, spec)
+    if given is not None:
+        _sync_history(shell, *given)
     shell.execution_count = int(spec.get("execution_count", 1))
     return shell
 
@@ -395,6 +447,7 @@ def run(spec: dict[str, Any]) -> int:
     shell.displayhook_error = None
     shell.displayhook.active = False
     result = shell.run_cell(spec["code"], store_history=store, silent=silent)
+    _shell_history(shell)  # its digest now, for the next cell's check (in the snapshot this process leaves)
     payload = shell.payload_manager.read_payload()
     shell.payload_manager.clear_payload()  # the shell lives on: as ipykernel, each reply has its cell's own
     if payload:

@@ -57,6 +57,7 @@ from ..sandbox.outcome import Outcome, Status
 from ..sandbox.runs import Run, SandboxError, start
 from ..sandbox.session import ForkServer, ForkServerError, installed
 from .cellerrors import error_for_outcome, exit_reason
+from .cellrunner import history_digest
 from .magics import cell_limits
 
 __all__ = ["CellboxKernel", "main"]
@@ -237,6 +238,8 @@ class CellboxKernel(Kernel):
         # IPython's transformed form of each input, as the child that ran it reported
         # (None until then): later children then need not transform all of history again.
         self._transformed: list[str | None] = [""]
+        # _digests[n]: history_digest of _inputs[: n + 1], which a cell's spec names its history by.
+        self._digests: list[str] = [history_digest([""])]
         self._good_sources: list[str] = []  # cells that ran successfully, for completion
         self._warned: set[str] = set()
         self._outputs: dict[int, str] = {}  # execution count -> text/plain of its result, for history
@@ -371,15 +374,13 @@ class CellboxKernel(Kernel):
             limits, body = cell_limits(code, self.session_limits)
         except LimitError as exc:
             if store_history:
-                self._inputs.append(code)
-                self._transformed.append(None)
+                self._add_input(code, None)
             return self._publish_error("LimitError", str(exc), [f"LimitError: {exc}"])
         undo = _undo_request(body)
         if undo is not None:
             return await self._undo(undo, body, store_history)
         if store_history:
-            self._inputs.append(body)
-            self._transformed.append(None)
+            self._add_input(body, None)
         await self._session_ready()
         cell = _Cell(self, limits, silent, allow_stdin, len(self._inputs) - 1 if store_history else None)
         spec_file: _SpecFile | None = None
@@ -408,7 +409,7 @@ class CellboxKernel(Kernel):
             outcome = await asyncio.to_thread(run.wait)
         finally:
             self._running = None
-            cell.input_gate.close()
+            cell.close()
             spec_file.remove()
         await asyncio.sleep(0)  # let the last forwarded messages go out first
         cell.flush()
@@ -466,8 +467,7 @@ class CellboxKernel(Kernel):
     async def _undo(self, count: int, code: str, store_history: bool) -> dict[str, Any]:
         """``%undo [N]``: put the state back to what it was before the last N cells that kept theirs."""
         if store_history:
-            self._inputs.append(code)
-            self._transformed.append(code)
+            self._add_input(code, code)
         server = self._forkserver
         if count < 1:
             return self._publish_error("UsageError", "%undo takes a number of cells, such as %undo 2", [])
@@ -493,6 +493,25 @@ class CellboxKernel(Kernel):
         self._stream("stdout", text)
         return {"status": "ok", "execution_count": self.execution_count, "payload": [], "user_expressions": {}}
 
+    def _add_input(self, source: str, transformed: str | None) -> None:
+        """One more input in the session's history (``In[n]``), its transformed form, and its digest."""
+        self._inputs.append(source)
+        self._transformed.append(transformed)
+        self._digests.append(history_digest([source], self._digests[-1]))
+
+    def _history_before(self, store_history: bool) -> int:
+        """How many entries of history (``In[0]`` included) the cell's shell must have before it runs."""
+        return len(self._inputs) - 1 if store_history else len(self._inputs)
+
+    def history_file(self, store_history: bool) -> _SpecFile:
+        """The inputs (and transformed forms) a cell's shell must have, written for a ``history_request``.
+
+        Raises:
+            OSError: the task's ``tmp/`` cannot be written.
+        """
+        count = self._history_before(store_history)
+        return _SpecFile(self.task.tmp, {"history": self._inputs[:count], "transformed": self._transformed[:count]})
+
     def _write_spec(
         self,
         code: str,
@@ -509,8 +528,10 @@ class CellboxKernel(Kernel):
             "silent": silent,
             "allow_stdin": allow_stdin,
             "user_expressions": user_expressions,
-            "history": self._inputs[:-1] if store_history else self._inputs,
-            "transformed": self._transformed[:-1] if store_history else self._transformed,
+            # The shell's In must be the inputs before this cell: named by length and digest (see
+            # cellrunner.history_digest); a shell whose In differs asks for them (history_request).
+            "history_length": self._history_before(store_history),
+            "history_digest": self._digests[self._history_before(store_history) - 1],
             "limits": limits.as_dict(),
         }
         # A cell may have removed parts of the task directory: make them again.
@@ -773,6 +794,7 @@ class _Cell:
         self.snapshot: dict[str, Any] = {}  # the session's word on the state it left, for the reply's metadata
         self.user_expressions: dict[str, Any] = {}
         self.input_gate = InputGate()
+        self.history_file: _SpecFile | None = None  # written for the cell's history_request, removed at its end
         self._pending: tuple[str, list[str]] | None = None
         self._flush_handle: asyncio.TimerHandle | None = None
 
@@ -797,7 +819,26 @@ class _Cell:
             # Counted and forwarded as the pipes' output is, in the order it came with the rest.
             self.run.add_output(str(message.get("name")), str(message.get("text", "")))
             return
+        if kind == "history_request" and self.run is not None:
+            self.run.send(self._history_reply())
+            return
         self.loop.call_soon_threadsafe(self.message, message)
+
+    def _history_reply(self) -> dict[str, Any]:
+        """Where the shell finds the history it must have; once per cell (its shell asks before the cell runs)."""
+        if self.history_file is not None:
+            return {"error": "the history was given already"}
+        try:
+            self.history_file = self.kernel.history_file(self.history_index is not None)
+        except OSError as exc:
+            return {"error": f"the history could not be written ({exc.strerror or exc})"}
+        return {"path": str(self.history_file.path)}
+
+    def close(self) -> None:
+        """At the cell's end: no more input, and the history file (if any) removed."""
+        self.input_gate.close()
+        if self.history_file is not None:
+            self.history_file.remove()
 
     def send(self, msg_type: str, content: dict[str, Any]) -> None:
         session = self.kernel.session
