@@ -552,6 +552,15 @@ class CellboxKernel(Kernel):
             self._warn_once({note: "" for note in outcome.notes}, "cellbox: note: {names}")
         run = cell.run
         ended_early = run is not None and run.left_snapshot is False and self.carry_state
+        if ended_early and run is not None and run.snapshot_error:
+            # It finished, but its state could not be kept (its fork refused: the processes it left running
+            # took its processes limit): said in one line, and the cell's reply is its own.
+            ended_early = False
+            self._stream(
+                "stderr",
+                f"cellbox: what this cell defined is not kept: {run.snapshot_error}; the next cell sees the names "
+                "as they were before it\n",
+            )
         if outcome.status is Status.OK and ended_early and not cell.failed:
             # The runner never got back from the cell: its process ended (os._exit) part way.
             reason = exit_reason(outcome)

@@ -145,7 +145,8 @@ class Run:
         self.status_fd = named["status"]
         self.control_fd = named["control"]
         self.pid = pid
-        self.following = following  # the keeper's end of the next snapshot's socket, or None
+        # The keeper's ends of the next snapshot's socket and of the next spare's (see snapshot_ends), or None.
+        self.following, self.next_spare = following if following is not None else (None, None)
         self.status = None
         self.rusage = None
         self.peak_kib = 0
@@ -157,6 +158,7 @@ class Run:
         self.cpu_hard = math.ceil(cpu) + 1 if following is not None else None
         self.next_cpu_check = time.monotonic() + CPU_CHECK
         self.refusals_before = None
+        self.snapshot_error = None  # why the finished command left no snapshot, in its own words
 
     @staticmethod
     def children_cpu():
@@ -178,6 +180,20 @@ class Spare:
         except OSError:
             pass
         self.sock.close()
+
+
+def snapshot_ends(request):
+    """The sockets of a run that leaves a snapshot: ``(keeper's ends, {name: command's end})``.
+
+    The keeper's ends are the new snapshot's socket and the next spare's
+    (its command names both on the first, and the next run's request goes
+    to the spare on the second); ``(None, {})`` for a run that leaves none.
+    """
+    if not request.get("snapshot"):
+        return None, {}
+    following, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    spare_mine, spare_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    return (following, spare_mine), {"snapshot": theirs, "next_spare": spare_theirs}
 
 
 class Keeper:
@@ -348,22 +364,20 @@ class Keeper:
         if state is None or state[0] == "Z" or state[1] != os.getpid():
             spare.kill()
             return None, None
-        following = theirs = None
-        if request.get("snapshot"):
-            following, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        names = [name for name in named if name != "control"] + (["snapshot"] if theirs else [])
-        carried = [named[name] for name in names if name != "snapshot"] + ([theirs.fileno()] if theirs else [])
+        following, theirs = snapshot_ends(request)
+        names = [name for name in named if name != "control"] + list(theirs)
+        carried = [named[name] for name in names if name not in theirs] + [end.fileno() for end in theirs.values()]
         try:
             send_json(spare.sock, dict(request, handoff=names), carried)
             continue_process(spare.pid)
         except OSError:
             spare.kill()
-            if following is not None:
-                following.close()
+            for end in following or ():
+                end.close()
             return None, None
         finally:
-            if theirs is not None:
-                theirs.close()
+            for end in theirs.values():
+                end.close()
         spare.sock.close()
         return spare.pid, following
 
@@ -383,7 +397,10 @@ class Keeper:
             if self.spare.source is source:
                 return
             self.discard_spare()
-        if source is None:
+        if source is None or source is not self.chain.base:
+            # A snapshot a cell left would run between cells to fork it (an at-fork handler of the cell's
+            # could hold it there): its spare comes from its command (make_snapshot), or the next run
+            # is forked from it in its own time.
             return
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -500,13 +517,11 @@ class Keeper:
 
     def fork_from(self, source, request, named):
         """One try: ``(pid, following socket, note)``, or ``(None, None, why)`` after dropping ``source``."""
-        following = theirs = None
-        if request.get("snapshot"):
-            following, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        following, theirs = snapshot_ends(request)
         go_r, go_w = os.pipe()
-        names = [name for name in named if name != "control"] + ["go"] + (["snapshot"] if theirs else [])
-        carried = [named[name] for name in names if name not in ("go", "snapshot")] + [go_r]
-        carried += [theirs.fileno()] if theirs else []
+        names = [name for name in named if name != "control"] + ["go"] + list(theirs)
+        carried = [named[name] for name in names if name != "go" and name not in theirs] + [go_r]
+        carried += [end.fileno() for end in theirs.values()]
         try:
             pid = source.fork(dict(request, handoff=names), carried, self.chain.pids())
             os.write(go_w, b"x")
@@ -516,10 +531,10 @@ class Keeper:
         finally:
             os.close(go_r)
             os.close(go_w)  # the command that was not told to go reads end of file, and leaves
-            if theirs is not None:
-                theirs.close()
-        if following is not None:
-            following.close()
+            for end in theirs.values():
+                end.close()
+        for end in following or ():
+            end.close()
         which = "base" if source is self.chain.base else "latest"
         self.drop(source)
         return (
@@ -558,8 +573,9 @@ class Keeper:
             tasks += state[2] if state is not None else 0
         try:
             with open(os.path.join(cgroup, "pids.max"), "w") as f:
-                # The limit counts the command itself; the snapshot's middle process
-                # lives a moment beside it.
+                # The limit counts the command itself. The snapshot and the spare it forks when its
+                # cell has finished come out of the run's own processes (a spare that does not fit is
+                # not made; a snapshot that does not fit is a state lost, as any fork refused).
                 f.write(str(tasks + 1 + int(request["limits"]["processes"])))
         except (OSError, ValueError):
             pass
@@ -646,6 +662,11 @@ class Keeper:
         run = self.run
         self.take_snapshot(run)
         self.kill_run()
+        # Stopped (again, now that no other process of the run is left to continue them) before the report.
+        if self.chain.pending is not None:
+            self.chain.pending.stop()
+        if self.spare is not None:
+            stop_process(self.spare.pid)
         self.report(run)
         for fd in (run.status_fd, run.control_fd):
             try:
@@ -653,24 +674,21 @@ class Keeper:
             except OSError:
                 pass
         self.run = None
-        # From the snapshot it left, if any (the kernel keeps most of them), which is stopped once it
-        # has answered (Snapshot.forked); a snapshot not asked is stopped now.
-        self.make_spare()
-        pending = self.chain.pending
-        if pending is not None and (self.making is None or self.making[0] is not pending):
-            pending.stop()
+        self.make_spare()  # from the base, for a run that left none
 
     def take_snapshot(self, run):
-        """Accept the snapshot the finished command named, if it is a child of ours; it is stopped after its spare.
+        """Accept the snapshot and the spare the finished command named, if they are children of ours; stop them.
 
         fork(2) copied the command's main thread only; a thread that an at-fork
-        handler of the cell's starts in it is stopped with it (SIGSTOP stops
-        the whole process) when it has forked the next spare, right after the
-        run's report (:meth:`end_run`), so nothing runs in a snapshot between
-        cells.
+        handler of the cell's starts in either is stopped with it (SIGSTOP stops
+        the whole process), here and again before the run's report
+        (:meth:`end_run`), so nothing of a cell runs after its reply.
         """
         following, run.following = run.following, None
+        next_spare, run.next_spare = run.next_spare, None
         if following is None:
+            if next_spare is not None:
+                next_spare.close()
             return
         # The command names its snapshot before it exits: one that ended as a finished module
         # (exit status 0 or 1) has done so, and its word is waited for.
@@ -681,11 +699,35 @@ class Keeper:
         except (OSError, ValueError):
             hello = None
         pid = hello.get("pid") if isinstance(hello, dict) else None
+        if isinstance(hello, dict) and isinstance(hello.get("error"), str):
+            run.snapshot_error = hello["error"][:200]
         state = process_state(pid) if isinstance(pid, int) else None
         if state is None or state[1] != os.getpid() or not self.chain.offer(Snapshot(pid, following), stop=False):
             following.close()
+            if next_spare is not None:
+                next_spare.close()
             return
         following.setblocking(True)
+        spare = hello.get("spare")
+        if next_spare is not None and self.is_new_child(spare, besides=pid):
+            self.discard_spare()
+            self.spare = Spare(spare, next_spare, self.chain.pending)
+        elif next_spare is not None:
+            next_spare.close()
+        for new in (pid, spare if self.spare is not None else None):
+            if new is not None:
+                try:
+                    os.kill(new, signal.SIGSTOP)
+                except OSError:
+                    pass
+
+    def is_new_child(self, pid, besides):
+        """Whether ``pid`` (a word from a snapshot or command: checked, never trusted) is a live child of ours
+        that is neither ``besides`` nor a snapshot."""
+        if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1 or pid == besides or pid in self.chain.pids():
+            return False
+        state = process_state(pid)
+        return state is not None and state[0] != "Z" and state[1] == os.getpid()
 
     def report(self, run):
         status = run.status
@@ -695,6 +737,8 @@ class Keeper:
             "kill_requested": run.kill_requested,
             "snapshot": self.chain.pending is not None,
         }
+        if run.snapshot_error and self.chain.pending is None:
+            record["snapshot_error"] = run.snapshot_error
         # What the settle will answer either way, so the kernel need not wait for it.
         record["settle"] = {"keep": self.chain_facts(True), "drop": self.chain_facts(False)}
         if os.WIFSIGNALED(status):

@@ -365,6 +365,8 @@ class Run(Confinement, Pump):
     # What settling that snapshot gives, from the keeper's exit record: {"keep": facts, "drop": facts}, each
     # {"depth": kept snapshots, "rss": the state's resident bytes} (see ForkServer.settle); empty when unknown.
     settle_facts: dict[str, Any] = {}
+    # Why a session's run that finished its module left no snapshot (its fork refused), as its command said.
+    snapshot_error: str | None = None
     # Whether the session's pids cgroup refused a fork or thread of the run (None: not known).
     _pids_refused: bool | None = None
 
@@ -475,6 +477,8 @@ class Run(Confinement, Pump):
                     self.left_snapshot = bool(record["snapshot"])
                 if isinstance(record.get("settle"), dict):
                     self.settle_facts = record["settle"]
+                if isinstance(record.get("snapshot_error"), str):
+                    self.snapshot_error = record["snapshot_error"]
                 if "pids_refused" in record:
                     self._pids_refused = bool(record["pids_refused"])
             if record is None and self._swept is None:

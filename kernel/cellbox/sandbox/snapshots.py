@@ -61,7 +61,7 @@ from .limits import format_size
 # the channel's two only when the run has them).
 HANDOFF_NAMES = ("status", "control", "stdout", "stderr", "stdin", "message", "reply")
 MAX_MESSAGE = 1024 * 1024
-MAX_FDS = len(HANDOFF_NAMES) + 2  # and, from the keeper to a snapshot, "go" and "snapshot"
+MAX_FDS = len(HANDOFF_NAMES) + 3  # and, from the keeper to a snapshot, "go", "snapshot" and "next_spare"
 PR_SET_NAME = 15
 PR_SET_DUMPABLE = 4
 SNAPSHOT_NAME = b"cellbox-snap"
@@ -176,7 +176,20 @@ def command_main(request, named):
     """``C``: become the run's command, run it; return the next snapshot's socket in that snapshot only.
 
     In the command itself it never returns: the process ends with the
-    module's exit status.
+    module's exit status.  In the spare the command forked beside its
+    snapshot, it waits for the next run and becomes its command.
+    """
+    while True:
+        kind, fd = run_command(request, named)
+        if kind == "snapshot":
+            return socket.socket(fileno=fd)
+        request, named = wait_for_go(request, {"spare": fd})
+
+
+def run_command(request, named):
+    """One run's command: ``("snapshot", socket fd)`` in the snapshot it leaves, ``("spare", socket fd)`` in its spare.
+
+    In the command itself it never returns.
     """
     global SNAPSHOT
     SNAPSHOT = "snapshot" in named
@@ -223,8 +236,10 @@ def command_main(request, named):
     snapshot = named.get("snapshot")
     if snapshot is None:
         finish(status)
-    if status in (0, 1) and make_snapshot(snapshot):
-        return socket.socket(fileno=snapshot)  # here, in the new snapshot
+    if status in (0, 1):
+        made = make_snapshot(snapshot, named.get("next_spare"))
+        if made is not None:
+            return made  # here, in the new snapshot or the next spare
     # A cell's run: threads it left are not waited for, they end with it (the runner said so).
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -258,15 +273,21 @@ def below_state(request):
 
 
 
-def make_snapshot(fd):
-    """Fork the next snapshot from this finished command; ``True`` in the snapshot, ``False`` in the command.
+def make_snapshot(fd, spare_fd=None):
+    """Fork the next snapshot and the next run's spare from this finished command.
 
-    The command lets go of the run's streams and channel first (the snapshot
-    then holds none of them, and the run's output ends when the command
-    does), forks, names the snapshot on its socket ``fd``, and returns to end;
-    the keeper, once it has reaped the command, reads that name
-    (:meth:`cellbox.sandbox.keeper.Keeper.take_snapshot`) without waiting
-    for the snapshot to be scheduled.
+    Returns ``("snapshot", fd)`` in the snapshot, ``("spare", spare_fd)`` in
+    the spare, ``None`` in the command.  The command lets go of the run's
+    streams and channel first (neither child holds them, and the run's output
+    ends when the command does), forks both (each its main thread only:
+    fork(2) copies the calling thread; both hold what the cell left, the
+    spare is the next cell's process), names them on the snapshot's socket
+    ``fd``, and returns to end.  The keeper, once it has reaped the command,
+    reads those names (:meth:`cellbox.sandbox.keeper.Keeper.take_snapshot`)
+    and stops both before it reports the run, so nothing either does (an
+    at-fork handler of the cell's) runs after the cell's reply.  No spare
+    without ``spare_fd``, or when its fork is refused (the run's processes
+    limit): the next run is then forked from the snapshot.
     """
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -279,19 +300,38 @@ def make_snapshot(fd):
     set_dumpable(False)
     try:
         pid = os.fork()
-    except OSError:
-        return False
+    except OSError as exc:
+        # Said at once (the keeper would wait for a name): the run's processes limit, most often.
+        reason = f"its process could not be copied ({exc.strerror or exc})"
+        try:
+            send_json(socket.socket(fileno=os.dup(fd)), {"event": "snapshot", "pid": None, "error": reason})
+        except OSError:
+            pass
+        return None
     if pid == 0:
         try:
-            become_snapshot()
-            return True
+            become_snapshot(spare_fd)
+            return "snapshot", fd
         except BaseException:  # noqa: BLE001 - a snapshot that cannot start leaves quietly
             os._exit(0)
+    spare = None
+    if spare_fd is not None:
+        try:
+            spare = os.fork()
+        except OSError:
+            spare = None
+        if spare == 0:
+            try:
+                os.close(fd)  # the snapshot's socket is the keeper's and the snapshot's alone
+                set_name(SNAPSHOT_NAME)
+                return "spare", spare_fd
+            except BaseException:  # noqa: BLE001
+                os._exit(0)
     try:
-        send_json(socket.socket(fileno=os.dup(fd)), {"event": "snapshot", "pid": pid})
+        send_json(socket.socket(fileno=os.dup(fd)), {"event": "snapshot", "pid": pid, "spare": spare})
     except OSError:
         pass  # the keeper is gone: so is the session
-    return False
+    return None
 
 
 def release_streams():
@@ -307,8 +347,10 @@ def release_streams():
             pass
 
 
-def become_snapshot():
-    """In a new snapshot: block SIGINT, take the snapshot's name."""
+def become_snapshot(spare_fd=None):
+    """In a new snapshot: block SIGINT, take the snapshot's name, let go of the spare's socket."""
+    if spare_fd is not None:
+        os.close(spare_fd)  # the next run's request goes to the spare, never through a snapshot
     # An interrupt meant for the next cell's group never reaches its snapshot.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     set_name(SNAPSHOT_NAME)
@@ -610,10 +652,10 @@ def stop_process(pid):
             os.kill(pid, signal.SIGSTOP)
         except OSError:
             return
-        time.sleep(pause)
         state = process_state(pid)
         if state is None or state[0] in ("T", "t", "Z"):
             return
+        time.sleep(pause)
         if time.monotonic() >= deadline:
             try:
                 os.kill(pid, signal.SIGKILL)
