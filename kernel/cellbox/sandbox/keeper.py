@@ -25,8 +25,8 @@ Who is who (one session)::
   control pipe (``interrupt``, ``kill``), reaps, kills every process of the run
   when its command ends, and writes the launcher's JSON exit record on the
   status pipe.  Between runs it keeps one **spare**: the next run's command,
-  forked ahead from the snapshot that run will come from, stopped until the
-  run's request comes (two forks off the run's way).
+  forked ahead (by the last cell's command beside its snapshot, or by the
+  base), stopped until the run's request comes (a fork off the run's way).
 
 Snapshots, the chain, and the commands forked from them are in :mod:`cellbox.sandbox.snapshots`.
 
@@ -382,12 +382,15 @@ class Keeper:
         return spare.pid, following
 
     def make_spare(self):
-        """Start forking the next run's command ahead of its run, from the snapshot it will come from.
+        """Start forking the next run's command ahead of its run, when it comes from the base snapshot.
 
         Returns at once: :meth:`finish_spare` takes the snapshot's reply (in
         the loop, or when a request needs the spare).  Called when no run is
-        going: after a run ends (from its new snapshot, which the kernel then
-        most likely keeps), and after the session is ready, a settle or an undo.
+        going: after a run ends, and after the session is ready, a settle or an
+        undo.  A snapshot a cell left is never continued between cells (what the
+        cell left in it would run then): its spare comes from its command
+        (:func:`~cellbox.sandbox.snapshots.make_snapshot`); a spare whose
+        snapshot is no longer the next run's is killed here.
         """
         if self.run is not None or self.making is not None:
             return

@@ -9,19 +9,20 @@ below run in the snapshots themselves and in the commands they fork.
   holds a cell's memory: nothing it says is trusted.  It is not dumpable (no
   later cell may trace it or write its memory), and stopped (SIGSTOP) while
   nobody needs it, so no work of a cell runs between cells; the keeper
-  continues it to fork one run, then stops it again.  It forks twice, so the
+  continues it to fork one run (in that run's time, never between cells),
+  then stops it again.  It forks twice, so the
   run's command is re-parented to the keeper, which alone waits for it (its
   exit status and rusage come from wait4(2) in the keeper).  The command
   waits for one byte on a pipe from the keeper, written only once the keeper
   has checked that the pid the snapshot named is its own child; a snapshot
   that names another is dropped with whatever it started, and the run is
   forked from the snapshot before it.
-* A **spare** is a run's command forked ahead of its run, as soon as the
-  snapshot it comes from is the one the next run will be forked from: the
-  keeper checks its pid as it checks a run's, stops it, kills whatever else
-  the fork started, and later sends it the run's request and pipes on its own
-  socket, so a run does not wait for the two forks (see
-  :meth:`cellbox.sandbox.keeper.Keeper.make_spare`).
+* A **spare** is a run's command forked ahead of its run: by the command of
+  the cell before, beside its snapshot (:func:`make_snapshot`), or by the
+  base snapshot (:meth:`cellbox.sandbox.keeper.Keeper.make_spare`).  The
+  keeper checks its pid as it checks a run's, stops it, and later sends it
+  the run's request and pipes on its own socket, so a run does not wait for
+  a fork.
 * A **run's command** applies the run's limits (soft limits: a snapshot keeps
   the hard limits it started with, so a later cell can be given more) and runs
   its module.  When the run asks for a snapshot and its command finishes the
