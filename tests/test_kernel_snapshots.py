@@ -103,6 +103,21 @@ def test_a_numpy_seed_set_in_one_cell_gives_the_same_numbers_in_the_next(kc: Blo
     assert ok(kc, "print(np.random.randint(0, 1000, 3).tolist())") == f"{expected.tolist()}\n"
 
 
+def test_a_python_random_seed_set_in_one_cell_gives_the_same_numbers_in_the_next(kc: BlockingKernelClient) -> None:
+    # The random module reseeds itself in every child of a fork (os.register_at_fork); the snapshot, the
+    # spare and a run forked from a snapshot are such children, and must keep the cell's sequence.
+    import random
+
+    expected = random.Random(20642300)
+    ok(kc, "import random\nrandom.seed(20642300)")
+    first = [expected.random() for _ in range(2)]
+    assert ok(kc, "print([random.random() for _ in range(2)])") == f"{first}\n"
+    assert ok(kc, "print(random.random())") == f"{expected.random()}\n"
+    # A cell that was stopped leaves the state before it: the next run is forked from that snapshot.
+    assert execute(kc, "%%limits wall=1\nrandom.random()\nimport time\ntime.sleep(5)").status == "error"
+    assert ok(kc, "print(random.random())") == f"{expected.random()}\n"
+
+
 def test_sys_path_appended_in_one_cell_finds_a_module_in_the_next(
     session: tuple[KernelManager, BlockingKernelClient, Path],
 ) -> None:

@@ -299,6 +299,7 @@ def make_snapshot(fd, spare_fd=None):
     # Born not dumpable: no later cell may trace a snapshot or write its memory (ptrace(2),
     # process_vm_writev(2)); this command ends right after the fork anyway.
     set_dumpable(False)
+    sequence = random.getstate()
     try:
         pid = os.fork()
     except OSError as exc:
@@ -311,6 +312,7 @@ def make_snapshot(fd, spare_fd=None):
         return None
     if pid == 0:
         try:
+            random.setstate(sequence)  # as in fork_run: the random module reseeds every fork child
             become_snapshot(spare_fd)
             return "snapshot", fd
         except BaseException:  # noqa: BLE001 - a snapshot that cannot start leaves quietly
@@ -323,6 +325,7 @@ def make_snapshot(fd, spare_fd=None):
             spare = None
         if spare == 0:
             try:
+                random.setstate(sequence)
                 os.close(fd)  # the snapshot's socket is the keeper's and the snapshot's alone
                 set_name(SNAPSHOT_NAME)
                 return "spare", spare_fd
@@ -514,6 +517,7 @@ def fork_run(sock, request, fds):
     """
     named = dict(zip(request["handoff"], fds, strict=True))
     pid_r, pid_w = os.pipe()
+    sequence = random.getstate()
     middle = os.fork()
     if middle == 0:
         command = -1
@@ -526,6 +530,9 @@ def fork_run(sock, request, fds):
             if command != 0:
                 os._exit(0)  # the middle process: its only job was the fork
         try:
+            # The random module reseeds itself in every child of a fork (os.register_at_fork): a run
+            # carried on from a snapshot keeps the cell's sequence (a pristine one is reseeded later).
+            random.setstate(sequence)
             os.close(pid_w)
             sock.close()
             request, named = wait_for_go(request, named)
