@@ -14,7 +14,7 @@ from typing import Any
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from sandboxkit import survivors  # noqa: F401 - the kernel tests find leftovers the same way
+from sandboxkit import alive, descendants, survivors  # noqa: F401 - the kernel tests find leftovers the same way
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 TIMEOUT = 60.0

@@ -90,29 +90,47 @@ def survivors(mark: str) -> list[int]:
     return found
 
 
+def descendants(root: int) -> list[int]:
+    """Pids of every process below ``root`` (zombies included), from the parent pids in /proc/PID/stat."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            stat = process_stat(int(name))
+            if stat is not None:
+                children.setdefault(stat[2], []).append(int(name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def process_stat(pid: int) -> tuple[bytes, bytes, int] | None:
+    """``(comm, state letter, parent pid)`` of ``pid`` from /proc/PID/stat, or ``None`` when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            head, _, tail = f.read().rpartition(b")")
+        fields = tail.split()
+        return head.partition(b"(")[2], fields[0], int(fields[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not gone, not a zombie)."""
+    stat = process_stat(pid)
+    return stat is not None and stat[1] != b"Z"
+
+
 def forked_survivors() -> list[int]:
     """Live processes below the session's launcher that are neither its keeper nor a snapshot."""
     assert FORKSERVER is not None
-    root = FORKSERVER.launcher_pid
-    children: dict[int, list[int]] = {}
-    names: dict[int, tuple[bytes, bytes]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                head, _, tail = f.read().rpartition(b")")
-        except OSError:
-            continue
-        fields = tail.split()
-        children.setdefault(int(fields[1]), []).append(int(name))
-        names[int(name)] = (head.partition(b"(")[2], fields[0])
-    found, todo = [], [root]
-    while todo:
-        for pid in children.get(todo.pop(), []):
-            todo.append(pid)
-            comm, state = names[pid]
-            if pid != FORKSERVER.pid and comm not in (b"cellbox-snap", b"cellbox-keeper") and state != b"Z":
+    found = []
+    for pid in descendants(FORKSERVER.launcher_pid):
+        stat = process_stat(pid)
+        if pid != FORKSERVER.pid and stat is not None and stat[0] not in (b"cellbox-snap", b"cellbox-keeper"):
+            if stat[1] != b"Z":
                 found.append(pid)
     return found
 

@@ -19,7 +19,7 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
 from cellbox.kernel.kernel import DISCARDED
-from kernelkit import execute, plain, running_kernel
+from kernelkit import alive, descendants, execute, plain, running_kernel
 
 np = pytest.importorskip("numpy")
 
@@ -372,38 +372,12 @@ def test_shutdown_ends_every_process_of_the_session(tmp_path: Path) -> None:
         kc.wait_for_ready(timeout=60)
         ok(kc, "import os\nsession_pid = os.getpid()")
         kernel_pid = int(km.provisioner.process.pid)  # type: ignore[union-attr]
-        below = _descendants(kernel_pid)
+        below = descendants(kernel_pid)
         assert below
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=False)
-    assert [pid for pid in below if _alive(pid)] == []
-
-
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(name))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except OSError:
-        return False
+    assert [pid for pid in below if alive(pid)] == []
 
 
 # --------------------------------------------------------------------------- a hostile cell against the session
