@@ -8,7 +8,6 @@ the settle.  Each test is a cell a student can write, driven through jupyter_cli
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from kernelkit import execute, running_kernel
+from kernelkit import alive, descendants, execute, running_kernel
 
 
 @pytest.fixture
@@ -181,7 +180,7 @@ import os, sys, threading, time
 def _in_snapshot():
     frame = sys._getframe(1)
     while frame is not None:
-        if frame.f_code.co_name == 'make_snapshot' and 'pid' not in frame.f_locals:
+        if frame.f_code.co_name == 'make_snapshot' and frame.f_locals['names']['pid'] is None:
             for _ in range(20):
                 threading.Thread(target=time.sleep, args=(10**6,), daemon=True).start()
             return
@@ -256,32 +255,6 @@ def test_a_cell_that_uses_its_whole_processes_limit_says_its_state_is_not_kept(
 # --------------------------------------------------------------------------- shutdown
 
 
-def _tree(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(name))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except OSError:
-        return False
-
-
 @pytest.mark.parametrize("when", ["running", "input", "right-after"])
 def test_shutdown_ends_every_process_and_the_kernel_exits_on_its_own(tmp_path: Path, when: str) -> None:
     km = KernelManager(kernel_name="cellbox")
@@ -300,13 +273,13 @@ def test_shutdown_ends_every_process_and_the_kernel_exits_on_its_own(tmp_path: P
             kc.get_stdin_msg(timeout=30)
         else:
             kc.execute("y = 2")
-        below = _tree(int(proc.pid))
+        below = descendants(int(proc.pid))
         assert below
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=False)
     assert proc.returncode == 0, proc.returncode  # not SIGTERM/SIGKILL from jupyter_client
-    assert [pid for pid in below if _alive(pid)] == []
+    assert [pid for pid in below if alive(pid)] == []
 
 
 # --------------------------------------------------------------------------- the keeper's protocol

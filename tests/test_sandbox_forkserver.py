@@ -292,7 +292,7 @@ import json, os, sys
 os.environ["MPLBACKEND"] = "agg"
 from cellbox.kernel import cellrunner
 channel = cellrunner.Channel(",".join(map(str, (os.pipe()[1], os.pipe()[0]))))
-spec = {"code": "pass", "history": [""], "limits": {}}
+spec = {"code": "pass", "history_length": 1, "history_digest": cellrunner.history_digest([""]), "limits": {}}
 if sys.argv[1] == "warm":
     cellrunner.warm_start()
 os.chdir(sys.argv[2])
@@ -480,7 +480,8 @@ except ZeroDivisionError:
     pass
 cellrunner._install_pager = broken
 channel = cellrunner.Channel(",".join(map(str, (os.pipe()[1], os.pipe()[0]))))
-shell = cellrunner._session_shell(channel, {"history": [""], "limits": {}})
+spec = {"history_length": 1, "history_digest": cellrunner.history_digest([""]), "limits": {}}
+shell = cellrunner._session_shell(channel, spec)
 print(shell.channel is channel, shell.run_cell("1 + 1").result)
 """
 

@@ -262,8 +262,6 @@ def _shell_history(shell: Any) -> tuple[int, str]:
 
 def _history_from_kernel(shell: Any, channel: Channel, spec: dict[str, Any]) -> tuple[list[str], list[Any]] | None:
     """The kernel's inputs and their transformed forms, when the spec's digest is not the shell's; else ``None``."""
-    if "history" in spec:  # given whole (a caller that does not keep digests)
-        return list(spec["history"]), list(spec.get("transformed", []))
     if _shell_history(shell) == (spec.get("history_length"), spec.get("history_digest")):
         return None
     channel.send({"type": "history_request"})

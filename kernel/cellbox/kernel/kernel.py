@@ -521,6 +521,7 @@ class CellboxKernel(Kernel):
         user_expressions: dict[str, str],
         allow_stdin: bool,
     ) -> _SpecFile:
+        before = self._history_before(store_history)
         spec = {
             "code": code,
             "execution_count": self.execution_count,
@@ -530,8 +531,8 @@ class CellboxKernel(Kernel):
             "user_expressions": user_expressions,
             # The shell's In must be the inputs before this cell: named by length and digest (see
             # cellrunner.history_digest); a shell whose In differs asks for them (history_request).
-            "history_length": self._history_before(store_history),
-            "history_digest": self._digests[self._history_before(store_history) - 1],
+            "history_length": before,
+            "history_digest": self._digests[before - 1],
             "limits": limits.as_dict(),
         }
         # A cell may have removed parts of the task directory: make them again.

@@ -52,6 +52,7 @@ from .snapshots import (
     Chain,
     Snapshot,
     continue_process,
+    own_child,
     prefetch,
     preload,
     process_state,
@@ -704,33 +705,23 @@ class Keeper:
         pid = hello.get("pid") if isinstance(hello, dict) else None
         if isinstance(hello, dict) and isinstance(hello.get("error"), str):
             run.snapshot_error = hello["error"][:200]
-        state = process_state(pid) if isinstance(pid, int) else None
-        if state is None or state[1] != os.getpid() or not self.chain.offer(Snapshot(pid, following), stop=False):
+        if not own_child(pid) or not self.chain.offer(Snapshot(pid, following), stop=False):
             following.close()
             if next_spare is not None:
                 next_spare.close()
             return
         following.setblocking(True)
-        spare = hello.get("spare")
-        if next_spare is not None and self.is_new_child(spare, besides=pid):
+        if next_spare is not None and own_child(hello.get("spare"), self.chain.pids()):
             self.discard_spare()
-            self.spare = Spare(spare, next_spare, self.chain.pending)
+            self.spare = Spare(hello["spare"], next_spare, self.chain.pending)
         elif next_spare is not None:
             next_spare.close()
-        for new in (pid, spare if self.spare is not None else None):
-            if new is not None:
+        for held in (self.chain.pending, self.spare):
+            if held is not None:
                 try:
-                    os.kill(new, signal.SIGSTOP)
+                    os.kill(held.pid, signal.SIGSTOP)
                 except OSError:
                     pass
-
-    def is_new_child(self, pid, besides):
-        """Whether ``pid`` (a word from a snapshot or command: checked, never trusted) is a live child of ours
-        that is neither ``besides`` nor a snapshot."""
-        if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1 or pid == besides or pid in self.chain.pids():
-            return False
-        state = process_state(pid)
-        return state is not None and state[0] != "Z" and state[1] == os.getpid()
 
     def report(self, run):
         status = run.status

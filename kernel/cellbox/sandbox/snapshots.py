@@ -273,7 +273,6 @@ def below_state(request):
     os._exit(1)
 
 
-
 def make_snapshot(fd, spare_fd=None):
     """Fork the next snapshot and the next run's spare from this finished command.
 
@@ -300,30 +299,25 @@ def make_snapshot(fd, spare_fd=None):
     # process_vm_writev(2)); this command ends right after the fork anyway.
     set_dumpable(False)
     sequence = random.getstate()
+    names = {"event": "snapshot", "pid": None, "spare": None}
     try:
-        pid = os.fork()
+        names["pid"] = os.fork()
     except OSError as exc:
         # Said at once (the keeper would wait for a name): the run's processes limit, most often.
-        reason = f"its process could not be copied ({exc.strerror or exc})"
-        try:
-            send_json(socket.socket(fileno=os.dup(fd)), {"event": "snapshot", "pid": None, "error": reason})
-        except OSError:
-            pass
-        return None
-    if pid == 0:
+        names["error"] = f"its process could not be copied ({exc.strerror or exc})"
+    if names["pid"] == 0:
         try:
             random.setstate(sequence)  # as in fork_run: the random module reseeds every fork child
             become_snapshot(spare_fd)
             return "snapshot", fd
         except BaseException:  # noqa: BLE001 - a snapshot that cannot start leaves quietly
             os._exit(0)
-    spare = None
-    if spare_fd is not None:
+    if names["pid"] is not None and spare_fd is not None:
         try:
-            spare = os.fork()
+            names["spare"] = os.fork()
         except OSError:
-            spare = None
-        if spare == 0:
+            pass  # no room for it: the next run is forked from the snapshot
+        if names["spare"] == 0:
             try:
                 random.setstate(sequence)
                 os.close(fd)  # the snapshot's socket is the keeper's and the snapshot's alone
@@ -332,7 +326,7 @@ def make_snapshot(fd, spare_fd=None):
             except BaseException:  # noqa: BLE001
                 os._exit(0)
     try:
-        send_json(socket.socket(fileno=os.dup(fd)), {"event": "snapshot", "pid": pid, "spare": spare})
+        send_json(socket.socket(fileno=os.dup(fd)), names)
     except OSError:
         pass  # the keeper is gone: so is the session
     return None
@@ -629,6 +623,18 @@ def vm_size():
     return int(size) * page, int(resident) * page
 
 
+def own_child(pid, besides=()):
+    """Whether ``pid``, a word from a snapshot or a command (checked, never trusted), is a child of this process.
+
+    A zombie not yet reaped counts (a command may already have ended); a pid
+    in ``besides`` (the snapshots, which a run or a spare can never be) does not.
+    """
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1 or pid in besides:
+        return False
+    state = process_state(pid)
+    return state is not None and state[1] == os.getpid()
+
+
 def process_state(pid):
     """``(state letter, ppid, threads)`` of ``pid`` from /proc, or ``None`` when it is gone."""
     try:
@@ -743,16 +749,12 @@ class Snapshot:
             data = self.sock.recv(65536)
         finally:
             self.stop()
-        # A snapshot holds a cell's memory: its word is checked, never trusted. The
-        # command must be a child of the keeper's (perhaps already ended, a zombie
-        # not yet reaped) that is not a snapshot.
         try:
             reply = json.loads(data) if data else {"error": "the snapshot is gone"}
             pid = reply["pid"] if isinstance(reply, dict) else None
         except (ValueError, KeyError):
             raise OSError(0, "the snapshot's reply named no process") from None
-        state = process_state(pid) if isinstance(pid, int) and not isinstance(pid, bool) and pid > 1 else None
-        if state is None or state[1] != os.getpid() or pid in spared:
+        if not own_child(pid, spared):
             raise OSError(0, "the snapshot named a process that is not the run's command")
         return pid
 
