@@ -5,9 +5,10 @@ Run it with::
     cellbox run --cpu 1 --memory 256M examples/limits_demo.py
 
 Each step does something a limit forbids and prints what the operating system
-did about it.  Every limit answers with an error this program can catch, so the
-run itself ends with status ``ok``; without the catching, the same steps end as
-``memory_limit``, ``cpu_limit`` and so on (see the README's status table).
+did about it.  Every limit answers with an error this program can catch, and it
+catches each one, so the run itself ends with status ``ok`` (the last line says
+so); without the catching, the same steps end the run as ``memory_limit``,
+``cpu_limit`` and so on (see docs/reference/statuses.md).
 """
 
 from __future__ import annotations
@@ -106,6 +107,11 @@ def main() -> None:
     try_memory()
     try_big_file()
     try_spinning()
+    show(
+        "why ok",
+        "each limit made one step fail and this program caught the error, so the run ends ok; "
+        "uncaught, they end it as memory_limit or cpu_limit",
+    )
 
 
 if __name__ == "__main__":

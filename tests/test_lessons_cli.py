@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -90,6 +91,8 @@ def test_jupyterlab_command_serves_the_lessons_folder_and_opens_a_lesson() -> No
     assert command[-1] == "--LabApp.default_url=/lab/tree/01-separate-process.ipynb"
     solutions = jupyterlab_command(LESSONS, LESSONS / "solutions" / notebook.name)
     assert solutions[-1] == f"--LabApp.default_url=/lab/tree/solutions/{notebook.name}"
+    # docs/kernel.md: as root, `cellbox lessons` gives JupyterLab the --allow-root it would refuse to start without.
+    assert ("--allow-root" in command) == (os.geteuid() == 0)
 
 
 def test_readme_first_command_installs_the_lessons_extra_and_opens_the_lessons() -> None:

@@ -38,6 +38,8 @@ def test_main_command_demo_meets_every_limit_and_ends_ok() -> None:
     assert "MemoryError (RLIMIT_AS)" in result.stdout
     assert "EFBIG (RLIMIT_FSIZE)" in result.stdout
     assert "SIGXCPU after" in result.stdout
+    # A reader told to watch the limits stop a program learns why it still ends ok.
+    assert result.stdout.splitlines()[-1].startswith("why ok         each limit made one step fail")
     assert result.stderr.startswith("cellbox: status=ok exit=0 ")
 
 

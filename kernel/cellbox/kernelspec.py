@@ -202,14 +202,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_limit_options(parser)
     group = parser.add_argument_group("isolation (see `cellbox doctor`)")
     group.add_argument(
-        "--isolation", choices=MODES, help="isolation layers for every cell: none (default), auto or strict"
+        "--isolation",
+        choices=MODES,
+        help="isolation layers for every cell: none, auto (every layer this machine has) or strict (default: auto)",
     )
     group.add_argument("--network", action="store_true", help="with isolation on, let cells use the network")
     parser.add_argument(
         "--start-method",
         choices=("spawn", "forkserver"),
-        help="how each cell's process starts: forkserver (default, forked from a warm server of the session) or "
-        "spawn (a new interpreter per cell, about 0.2 s a cell)",
+        help="how each cell's process starts: forkserver (forked from a warm server of the session) or "
+        "spawn (a new interpreter per cell, about 0.2 s a cell) (default: forkserver)",
     )
     parser.set_defaults(func=_cmd_install)
 

@@ -1097,7 +1097,8 @@ def add_isolation_options(parser: argparse.ArgumentParser, default: Isolation | 
         choices=MODES,
         default=None,
         help="none: rlimits only; auto: every isolation layer this machine supports; strict: all of them or "
-        f"no run (default: {default.mode}; auto when another isolation option is given)",
+        f"no run (default: {default.mode}"
+        + ("; auto when another isolation option is given)" if default.mode == "none" else ")"),
     )
     group.add_argument(
         "--network",
