@@ -15,9 +15,10 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 
 from cellbox.kernel.cellerrors import error_for_outcome
+from cellbox.kernel.kernel import DISCARDED, KEPT_STATUSES
 from cellbox.sandbox.limits import Limits
 from cellbox.sandbox.outcome import Outcome, Status
-from kernelkit import execute, running_kernel, survivors
+from kernelkit import execute, plain, running_kernel, survivors
 
 
 @pytest.fixture(scope="module")
@@ -260,17 +261,60 @@ def test_busy_loop_is_a_cpu_limit_error(kc: BlockingKernelClient) -> None:
     assert result.metadata["cellbox"]["status"] == "cpu_limit"
 
 
-def test_memory_bomb_is_a_memory_limit_error_that_explains_rlimit_as(kc: BlockingKernelClient) -> None:
+def test_memory_bomb_is_a_memory_limit_error_that_explains_rlimit_as_and_keeps_the_names(
+    kc: BlockingKernelClient,
+) -> None:
+    # The MemoryError ends the cell in its own process, so its state is the next cell's: the words say so,
+    # and never that the cell was stopped.
     result = execute(kc, "%%limits memory=256M\nblocks = []\nwhile True:\n    blocks.append(bytearray(50 * 2**20))")
     [error] = result.errors
     assert error["ename"] == "CellMemoryLimitError"
     assert error["evalue"] == (
-        "the cell asked for more memory than its 256M limit allows and was stopped. The limit caps the address "
-        "space of each process (RLIMIT_AS), so an allocation past it fails with MemoryError. "
-        "If the cell really needs more, put %%limits memory=512M on its first line"
+        "the cell asked for more memory than its 256M limit allows: the allocation failed with MemoryError, "
+        "which ended the cell; what it defined before is kept, with the memory it holds. The limit caps the "
+        "address space of each process (RLIMIT_AS). If the cell really needs more, put %%limits memory=512M on "
+        "its first line"
     )
     assert "----> 3     blocks.append(bytearray(50 * 2**20))" in result.traceback
-    assert result.metadata["cellbox"]["status"] == "memory_limit"
+    assert DISCARDED not in result.traceback
+    assert (result.metadata["cellbox"]["status"], result.metadata["cellbox"]["signal"]) == ("memory_limit", None)
+    after = execute(kc, "print(len(blocks) > 0, sum(map(len, blocks)) % (50 * 2**20))\ndel blocks")
+    assert after.stream() == "True 0\n"
+
+
+@pytest.mark.slow  # it fills 1.5G of memory
+def test_a_cell_killed_at_its_memory_limit_is_stopped_and_says_its_changes_are_gone(kc: BlockingKernelClient) -> None:
+    # Code that cannot allocate may abort (as C libraries do) instead of raising: a signal at the cap.
+    execute(kc, "before_the_kill = 1")
+    result = execute(
+        kc,
+        "%%limits memory=1536M\nimport os\nhoard = [b'x']\ntry:\n    while True:\n"
+        "        hoard.append(b'x' * 2**20)\nexcept MemoryError:\n    os.abort()",
+    )
+    [error] = result.errors
+    assert (result.metadata["cellbox"]["status"], result.metadata["cellbox"]["signal"]) == ("memory_limit", "SIGABRT")
+    assert (error["ename"], error["evalue"]) == (
+        "CellMemoryLimitError",
+        "the cell was stopped: its process was ended by SIGABRT at its 1.5G memory limit (RLIMIT_AS caps the "
+        "address space of each process; code that cannot allocate may abort instead of raising MemoryError). "
+        "If the cell really needs more, put %%limits memory=3G on its first line",
+    )
+    assert plain(error["traceback"][-1]) == DISCARDED
+    assert execute(kc, "print('hoard' in globals(), before_the_kill)").stream() == "False 1\n"
+
+
+@pytest.mark.parametrize("status", list(Status))
+@pytest.mark.parametrize("signal", [None, "SIGKILL"])
+def test_a_cell_whose_state_is_kept_is_never_said_to_be_stopped(status: Status, signal: str | None) -> None:
+    # The kernel keeps a cell's state for these statuses when no signal ended it (kernel.KEPT_STATUSES).
+    outcome = Outcome(status, None if signal else 1, signal, 1.0, 0.5, 10**8, "", "", False)
+    for limits in (Limits(), Limits(memory=None)):
+        kept = signal is None and status in KEPT_STATUSES
+        ename, evalue = error_for_outcome(outcome, limits, kept=kept) or ("", "")
+        if kept:
+            assert "stopped" not in evalue, (status, evalue)
+        elif status is Status.MEMORY_LIMIT:
+            assert evalue.startswith("the cell was stopped: "), evalue
 
 
 def test_too_much_output_is_an_output_limit_error(kc: BlockingKernelClient) -> None:
@@ -328,7 +372,12 @@ def test_memory_error_without_a_memory_limit_says_the_machine_ran_out() -> None:
     outcome = Outcome(Status.MEMORY_LIMIT, 1, None, 1.0, 0.5, 10**9, "", "MemoryError\n", False)
     assert error_for_outcome(outcome, Limits(memory=None)) == (
         "CellMemoryLimitError",
-        "the cell asked for more memory than the machine could give and was stopped",
+        "the cell asked for more memory than the machine could give: a MemoryError ended it",
+    )
+    assert error_for_outcome(outcome, Limits(memory=None), kept=True) == (
+        "CellMemoryLimitError",
+        "the cell asked for more memory than the machine could give: a MemoryError ended it; what it defined "
+        "before is kept, with the memory it holds",
     )
 
 

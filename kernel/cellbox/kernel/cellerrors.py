@@ -34,11 +34,14 @@ def _stopped(outcome: Outcome) -> str:
     return "it was stopped"
 
 
-def error_for_outcome(outcome: Outcome, limits: Limits) -> tuple[str, str] | None:
+def error_for_outcome(outcome: Outcome, limits: Limits, kept: bool = False) -> tuple[str, str] | None:
     """The ``(ename, evalue)`` a student sees for a run that hit a limit or crashed.
 
     Returns ``None`` for ``ok`` and ``error`` (the cell's own exception is shown
-    then).  The words follow the documentation's status table.
+    then).  The words follow the documentation's status table.  A cell is said to be
+    "stopped" only when it was (killed: the kernel then drops what it changed and says
+    so); ``kept`` is the kernel's word that the state the cell left is the next cell's
+    (a MemoryError ended it in its own process), and the words say that too.
     """
     status = outcome.status
     if status is Status.TIMED_OUT:
@@ -51,15 +54,8 @@ def error_for_outcome(outcome: Outcome, limits: Limits) -> tuple[str, str] | Non
             f"the cell used up its {format_time(limits.cpu_time)} of CPU time (RLIMIT_CPU) and was stopped. "
             f"If the work is meant to be that long, put %%limits cpu={_twice(limits.cpu_time)} on the cell's first line"
         )
-    if status is Status.MEMORY_LIMIT and limits.memory is None:
-        return "CellMemoryLimitError", "the cell asked for more memory than the machine could give and was stopped"
     if status is Status.MEMORY_LIMIT:
-        cap = format_size(limits.memory or 0)
-        return "CellMemoryLimitError", (
-            f"the cell asked for more memory than its {cap} limit allows and was stopped. The limit caps the "
-            "address space of each process (RLIMIT_AS), so an allocation past it fails with MemoryError. "
-            f"If the cell really needs more, put %%limits memory={_more_memory(limits.memory)} on its first line"
-        )
+        return "CellMemoryLimitError", _memory_words(outcome, limits, kept)
     if status is Status.OUTPUT_LIMIT:
         return "CellOutputLimitError", (
             f"the cell printed more than its {format_size(limits.output)} output limit; {_stopped(outcome)}. "
@@ -79,6 +75,31 @@ def error_for_outcome(outcome: Outcome, limits: Limits) -> tuple[str, str] | Non
         words = _SIGNAL_WORDS.get(name, name)
         return "CellCrashedError", f"the cell's process was ended by {name} ({words}); the kernel is still alive"
     return None
+
+
+def _memory_words(outcome: Outcome, limits: Limits, kept: bool) -> str:
+    """What happened to a ``memory_limit`` cell: a MemoryError ended it, or a signal at the cap stopped it."""
+    state = _KEPT if kept else ""
+    if limits.memory is None:
+        if outcome.signal is None:
+            return f"the cell asked for more memory than the machine could give: a MemoryError ended it{state}"
+        return f"the cell was stopped: its process was ended by {outcome.signal} when the machine ran out of memory"
+    cap = format_size(limits.memory)
+    more = f"If the cell really needs more, put %%limits memory={_more_memory(limits.memory)} on its first line"
+    if outcome.signal is None:
+        return (
+            f"the cell asked for more memory than its {cap} limit allows: the allocation failed with MemoryError, "
+            f"which ended the cell{state}. The limit caps the address space of each process (RLIMIT_AS). " + more
+        )
+    return (
+        f"the cell was stopped: its process was ended by {outcome.signal} at its {cap} memory limit (RLIMIT_AS "
+        "caps the address space of each process; code that cannot allocate may abort instead of raising "
+        f"MemoryError). {more}"
+    )
+
+
+# After a MemoryError that ended a cell in its own process: its names live on, memory and all.
+_KEPT = "; what it defined before is kept, with the memory it holds"
 
 
 def exit_reason(outcome: Outcome) -> str:

@@ -463,6 +463,7 @@ class CellboxKernel(Kernel):
         if facts:
             cell.snapshot = {"kept": keep, **facts}
         cell.discarded = not keep and run.left_snapshot is not None
+        cell.kept = keep
 
     async def _undo(self, count: int, code: str, store_history: bool) -> dict[str, Any]:
         """``%undo [N]``: put the state back to what it was before the last N cells that kept theirs."""
@@ -577,7 +578,7 @@ class CellboxKernel(Kernel):
                 "payload": cell.payload,
                 "user_expressions": cell.user_expressions,
             }
-        named = error_for_outcome(outcome, cell.limits)
+        named = error_for_outcome(outcome, cell.limits, kept=cell.kept)
         last = cell.errors[-1] if cell.errors else None
         if named is None and (cell.errors or cell.failed):
             for error in cell.errors:
@@ -801,6 +802,7 @@ class _Cell:
         self.failed: dict[str, str] | None = None
         self.payload: list[Any] = []
         self.discarded = False  # stopped before it could leave its state: the next cell has the one before
+        self.kept = False  # its state is the next cell's (its error's words say so)
         self.snapshot: dict[str, Any] = {}  # the session's word on the state it left, for the reply's metadata
         self.user_expressions: dict[str, Any] = {}
         self.input_gate = InputGate()
