@@ -279,3 +279,29 @@ def test_report_html_names_each_test_whole_however_long(tmp_path: Path) -> None:
     assert f"<code>{long_id}</code>" in page  # whole, not cut to fit a drawing
     assert "1/3 (33%)" in page and "3/3 (100%)" in page
     assert 'style="width:33.3%"' in page
+
+
+def test_reduced_isolation_is_said_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_suite(tmp_path / "tests")
+    write_cases(tmp_path / "subs", ["honest"])
+    assert grade(tmp_path, "--isolation", "none") == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("cellbox grade: note: ")]
+    assert notes == [
+        "cellbox grade: note: submissions run with isolation none: rlimits and environment allowlist only; on a "
+        "machine with every layer, isolation auto gives net, pid, fs, user, landlock and no network "
+        "(see cellbox doctor)"
+    ]
+
+
+def test_grading_with_every_layer_says_nothing_of_isolation(capsys: pytest.CaptureFixture[str]) -> None:
+    from cellbox.grading.cli import _note_weak_isolation
+    from cellbox.sandbox.isolation import Isolation, probe
+
+    # Silent on a machine with every layer; on one without some, the line names what is missing.
+    missing = probe().missing
+    _note_weak_isolation(Isolation(mode="auto"))
+    err = capsys.readouterr().err
+    assert (err == "") == (not missing), err
+    assert all(f"{layer}: not available" in err for layer in missing)
+    _note_weak_isolation(Isolation.from_options(mode="auto", network=True, source="test"))
+    assert "(network allowed)" in capsys.readouterr().err

@@ -111,6 +111,7 @@ def _cmd_grade(args: argparse.Namespace) -> int:
 
     formats, roster = _formats(args)
     grading = _grading_run(args)
+    _note_weak_isolation(grading.settings.isolation)
     results = _grade(grading)
     paths = write_reports(grading.out, results, grading.header())
     names = [path.name for path in paths]
@@ -233,6 +234,24 @@ def _check_strict(isolation: Any) -> None:
     if missing:
         layer, why = next(iter(missing.items()))
         raise UsageError(f"--isolation strict: the {layer} layer is not available here: {why} (see cellbox doctor)")
+
+
+def _note_weak_isolation(isolation: Any) -> None:
+    """One line on stderr when submissions get less than ``auto`` gives on a machine with every layer.
+
+    ``results.json`` records the isolation in any case; this line is for the instructor at the terminal, who
+    chose ``--isolation none``, allowed the network, or is on a machine without some layer (``cellbox doctor``).
+    """
+    from ..sandbox.isolation import LAYERS, describe, make_plan, probe
+
+    support = probe()
+    active = [layer for layer in make_plan(isolation, support, user=None).layers if layer in LAYERS]
+    if active != list(LAYERS) or isolation.network:
+        print(
+            f"cellbox grade: note: submissions run with {describe(isolation, support)}; on a machine with every "
+            f"layer, isolation auto gives {', '.join(LAYERS)} and no network (see cellbox doctor)",
+            file=sys.stderr,
+        )
 
 
 def _find_links(value: str | None) -> str | None:
