@@ -16,7 +16,7 @@ from cellbox.sandbox.outcome import STATUS_EXIT_CODES, Status
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 MAX_LINES = 120  # one screen or two
-FIRST_COMMAND_BY_LINE = 20
+FIRST_COMMAND_BY_LINE = 30  # after what it runs on, how it installs and what it needs: the lines above them
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 _HEADING = re.compile(r"^#{1,6} (.+)$", re.MULTILINE)
@@ -106,3 +106,34 @@ def test_readme_gives_the_isolation_cellbox_run_uses_by_default() -> None:
     )
     assert "isolation auto" in " ".join(result.stdout.split())
     assert "By default (`--isolation auto`)" in " ".join(README.read_text().split())
+
+
+# What a newcomer must learn before the first command: where cellbox runs, how it installs, what it needs and
+# how to check, what the commands do and take (docs/index.md says the same before its first page link).
+BEFORE_THE_COMMANDS = (
+    "Linux",
+    "WSL2",
+    "macOS",
+    "JupyterHub",
+    "not on a package index",
+    "bubblewrap",
+    "apt-get install bubblewrap",
+    "cellbox doctor",
+    "~/cellbox-lessons",
+    "minutes",
+)
+
+
+def test_readme_and_the_docs_index_say_where_cellbox_runs_and_what_it_needs_first() -> None:
+    from cellbox.lessons import DEFAULT_COPY
+
+    assert f"~/{DEFAULT_COPY}" in BEFORE_THE_COMMANDS
+    readme = README.read_text()
+    head = " ".join(readme[: readme.index("```sh")].split())
+    index = (ROOT / "docs" / "index.md").read_text()
+    index_head = " ".join(index[: index.index("Start with the page for what you came to do")].split())
+    for words in BEFORE_THE_COMMANDS:
+        assert words in head, f"README.md: {words!r} comes after the first command, or not at all"
+        assert words in index_head, f"docs/index.md: {words!r} comes after the page links, or not at all"
+    # The tour of the modules is for later: after the reader has been sent to their page.
+    assert "_launch.py" not in index_head
