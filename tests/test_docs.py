@@ -12,9 +12,11 @@ HTML comment ``<!-- slow -->`` on the line before it (which GitHub and Sphinx do
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import html
 import importlib
+import json
 import os
 import re
 import shutil
@@ -354,3 +356,128 @@ def test_every_python_name_the_docs_give_exists() -> None:
         if not resolves(name)
     ]
     assert not missing, "\n".join(missing)
+
+
+# ---------------------------------------------------------------------------------- the defaults the help texts state
+
+_STATED_DEFAULT = re.compile(r"\(default: ((?:[^()]|\([^()]*\))*)\)")
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    """``cellbox``'s subcommands and their parsers."""
+    from cellbox.cli import build_parser
+
+    return next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def stated_defaults() -> dict[tuple[str, str], str]:
+    """``(subcommand, flag) -> X`` for every option whose help says ``(default: X)``, as ``--help`` prints it."""
+    stated = {}
+    for name, parser in subcommands().items():
+        for action in parser._actions:
+            words = " ".join((action.help or "").split())
+            match = _STATED_DEFAULT.search(words)
+            # A default said any other way ("forkserver (default, ...)") is one this test cannot check.
+            assert match or "default" not in words, f"cellbox {name} {action.option_strings[0]}: {words}"
+            if match:
+                stated[(name, action.option_strings[0])] = match.group(1)
+    return stated
+
+
+def limit_words(limits: Limits) -> dict[str, str]:
+    """Each limit flag's value as a help text writes it (``30 s``, ``2G``, ``none``)."""
+    words = {}
+    for flag, field, _metavar, _help in LIMIT_OPTIONS:
+        value = getattr(limits, field)
+        if value is None:
+            words[flag] = "none"
+        elif field in ("wall_time", "cpu_time"):
+            words[flag] = format_time(value)
+        elif field in ("memory", "output", "file_size", "disk", "resident"):
+            words[flag] = format_size(value)
+        else:
+            words[flag] = str(value)
+    return words
+
+
+def real_defaults(tmp_path: Path) -> dict[tuple[str, str], str]:
+    """What each subcommand does without the option, found by the code that does it, in the help's words."""
+    from types import SimpleNamespace
+
+    from cellbox.cli import RUN_ISOLATION, build_parser
+    from cellbox.grading.task import GRADE_ISOLATION
+    from cellbox.lessons import DEFAULT_COPY, find_lessons_dir
+    from cellbox.options import limits_from_args
+    from cellbox.sandbox.isolation import isolation_from_args
+
+    parser = build_parser()
+    real: dict[tuple[str, str], str] = {}
+    sandboxed = ((["run", "x.py"], RUN_ISOLATION), (["grade", "s", "--tests", "t"], GRADE_ISOLATION))
+    for argv, isolation_default in sandboxed:
+        args = parser.parse_args(argv)
+        real.update({(argv[0], flag): words for flag, words in limit_words(limits_from_args(args)).items()})
+        isolation = isolation_from_args(args, isolation_default)
+        real[(argv[0], "--isolation")] = isolation.mode
+        real[(argv[0], "--network")] = "the network" if isolation.network else "no network when isolated"
+        real[(argv[0], "--layers")] = ",".join(isolation.layers)
+        for action in subcommands()[argv[0]]._actions:
+            if action.default not in (None, [], False, argparse.SUPPRESS):
+                real[(argv[0], action.option_strings[0])] = str(action.default)
+    # `cellbox install` without an option leaves it out of kernel.json: the kernel's own setting holds.
+    traits = CellboxKernel.class_traits(config=True)
+    kernel = SimpleNamespace(**{name: trait.default_value for name, trait in traits.items()})
+    kernel_limits = CellboxKernel.session_limits.fget(kernel)  # type: ignore[attr-defined]
+    real.update({("install", flag): words for flag, words in limit_words(kernel_limits).items()})
+    real[("install", "--isolation")] = traits["isolation"].default_value
+    real[("install", "--start-method")] = traits["start_method"].default_value
+    installed = run_command(f"{VENV_BIN / 'cellbox'} install --prefix {tmp_path} --name quiz", tmp_path, False)
+    spec = json.loads((tmp_path / "share" / "jupyter" / "kernels" / "quiz" / "kernel.json").read_text())
+    assert spec["display_name"] == "Python 3 (quiz)", installed
+    real[("install", "--name")] = parser.parse_args(["install"]).name
+    real[("install", "--display-name")] = "'Python 3 (NAME)'"
+    pwd = run_command(f"{VENV_BIN / 'cellbox'} run --isolation none -- pwd", tmp_path, False)
+    assert pwd.splitlines()[0] == str(tmp_path), pwd
+    real[("run", "--cwd")] = "the current directory"
+    grade = parser.parse_args(["grade", "s", "--tests", "t"])
+    assert grade.jobs == (os.cpu_count() or 1) and grade.test_timeout is None and grade.assignment is None
+    real[("grade", "--jobs")] = "the number of cores"
+    real[("grade", "--test-timeout")] = "only --wall, for all the tests together"
+    real[("grade", "--assignment")] = "the name of TESTS"
+    real[("grade", "--out")] = f"./{grade.out}"
+    assert find_lessons_dir(None) == ROOT / "lessons"
+    real[("lessons", "--dir")] = "lessons/ of this source tree, or ./lessons"
+    real[("lessons", "--into")] = f"~/{DEFAULT_COPY}"
+    real[("lessons", "--kernel")] = parser.parse_args(["lessons"]).kernel
+    return real
+
+
+def test_every_default_a_help_text_states_is_the_one_the_command_uses(tmp_path: Path) -> None:
+    # `cellbox install --help` once said `--isolation ... none (default)` while its kernels ran with every layer.
+    stated = stated_defaults()
+    real = real_defaults(tmp_path)
+    assert ("install", "--isolation") in stated and ("run", "--wall") in stated
+    wrong = [
+        f"cellbox {command} {flag}: the help says (default: {words}), the command uses {real.get((command, flag))}"
+        for (command, flag), words in stated.items()
+        if real.get((command, flag)) != words
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+_CELLBOX_COMMAND = re.compile(r"(?:^|[`\s(]|bin/)cellbox ([a-z]+)((?: [^`\n&|;]*)?)", re.MULTILINE)
+
+
+def test_every_option_the_docs_give_a_subcommand_is_one_it_has() -> None:
+    # `cellbox lessons --allow-root` once stood in docs/kernel.md: a flag only JupyterLab has.
+    parsers = subcommands()
+    unknown = []
+    for page in [README, *PAGES]:
+        for name, rest in _CELLBOX_COMMAND.findall(page.read_text()):
+            if name not in parsers:
+                continue
+            options = parsers[name]._option_string_actions
+            for token in rest.split(" -- ")[0].split():
+                flag = token.split("=")[0].strip("'\"`.,)")
+                if flag.startswith("--") and len(flag) > 2 and flag not in options:
+                    unknown.append(f"{page.relative_to(ROOT)}: cellbox {name} {flag}")
+    assert not unknown, "\n".join(unknown)
