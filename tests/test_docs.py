@@ -8,6 +8,15 @@ so the installed ``cellbox``). That ``bin`` is on ``PATH`` only when the page sa
 The lines below a command are its output, stdout and stderr together. In that output a number stands for any
 number, ``...`` for any text on its line, and a line of ``...`` alone for any number of lines. A block with the
 HTML comment ``<!-- slow -->`` on the line before it (which GitHub and Sphinx do not show) is marked slow.
+
+Each getting-started page (``docs/getting-started/*.md``) is also run top to bottom, as a reader follows it in one
+terminal: its ``sh`` and ``console`` commands in order, in one ``bash``, in a fresh copy of the repository whose
+``.venv/bin`` is this environment's, on ``PATH`` once the page activates it, with a home directory of its own.
+The commands that would change this machine or run for long have stand-ins (:data:`STAND_INS`): making the venv
+and ``pip install -e`` check that the venv and the extras are there, ``python -m pytest`` collects, JupyterLab is
+opened and stopped as Ctrl-C stops it, ``cellbox install --sys-prefix`` writes into the folder. Its slow
+``console`` blocks run there only. Every stated ``(default: ...)`` of a ``cellbox`` help text is checked against
+what the command does without the option.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import importlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -138,9 +148,14 @@ def run_command(command: str, cwd: Path, activated: bool) -> str:
 EXAMPLES = [example for path in [README, *PAGES] for example in examples_in(path)]
 
 
+def run_alone(example: Example) -> bool:
+    """Whether a block runs by itself: a slow one of a getting-started page runs in its page's run instead."""
+    return not (example.slow and example.where.startswith("docs/getting-started/"))
+
+
 @pytest.mark.parametrize(
     "example",
-    [pytest.param(e, id=e.where, marks=[pytest.mark.slow] if e.slow else []) for e in EXAMPLES],
+    [pytest.param(e, id=e.where, marks=[pytest.mark.slow] if e.slow else []) for e in EXAMPLES if run_alone(e)],
 )
 def test_console_example_prints_what_the_docs_show(example: Example, tmp_path: Path) -> None:
     like_the_clone(tmp_path)
@@ -481,3 +496,173 @@ def test_every_option_the_docs_give_a_subcommand_is_one_it_has() -> None:
                 if flag.startswith("--") and len(flag) > 2 and flag not in options:
                     unknown.append(f"{page.relative_to(ROOT)}: cellbox {name} {flag}")
     assert not unknown, "\n".join(unknown)
+
+
+# ------------------------------------------------------------------- each getting-started page, top to bottom
+
+GETTING_STARTED = sorted((DOCS / "getting-started").glob("*.md"))
+PAGE_TIMEOUT = 900  # seconds for one whole page; the instructors' (two gradings) takes about a minute
+_SHELL_BLOCK = re.compile(r"^```(sh|console)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+_STEP = re.compile(r"\n@@step (\d+)@@\n")
+
+# The commands a page gives that this test cannot run as they stand, and what runs instead: bash functions,
+# which the shell finds before any program on PATH. Each checks what it can of the command it stands for.
+STAND_INS = r"""
+python3() {  # `python3 -m venv .venv`: the folder's .venv/bin is this test's virtualenv, made already
+    if [ "$*" = "-m venv .venv" ]; then test -x .venv/bin/python; else command python3 "$@"; fi
+}
+pip() {  # `pip install -e '.[EXTRA]'`: this virtualenv holds the repository's editable install; EXTRA must exist
+    if [ "$1 $2" != "install -e" ] || [ $# != 3 ]; then command pip "$@"; return; fi
+    command python -c '
+import re, sys, tomllib
+path, extras = re.fullmatch(r"(\.)(?:\[([\w,-]+)\])?", sys.argv[1]).groups()
+known = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]
+missing = [extra for extra in (extras or "").split(",") if extra and extra not in known]
+sys.exit(f"pip install -e: no extra {missing} in pyproject.toml" if missing else 0)' "$3"
+}
+python() {  # `python -m pytest ...`: the suite is not run inside itself; collecting checks the options and paths
+    if [ "$1 $2" = "-m pytest" ]; then shift 2; command python -m pytest --collect-only -q "$@" >/dev/null
+    else command python "$@"; fi
+}
+sphinx-build() {  # tests/test_docs.py's build test runs the same build; here only that the program is there
+    command sphinx-build --version >/dev/null && test -f docs/conf.py
+}
+cellbox() {
+    case "$1" in
+    install)  # --sys-prefix would write into this virtualenv, which other tests share: the folder's own prefix
+        local args=() arg
+        for arg; do if [ "$arg" = --sys-prefix ]; then args+=(--prefix "$PWD/sys-prefix"); else args+=("$arg"); fi
+        done
+        command cellbox "${args[@]}";;
+    lessons)
+        case " $* " in *" --execute "*) command cellbox "$@"; return;; esac
+        # JupyterLab opens, and the reader stops it with Ctrl-C, which cellbox takes as it takes SIGTERM.
+        command cellbox "$@" >jupyterlab.log 2>&1 &
+        local pid=$! i
+        for i in $(seq 1200); do
+            grep -q "/lab?token=" jupyterlab.log && break
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -TERM "$pid"; wait "$pid"; local status=$?
+        cat jupyterlab.log; rm jupyterlab.log
+        return "$status";;
+    *) command cellbox "$@";;
+    esac
+}
+_check() {  # a line of an `sh` block failed: say which, and stop as a reader would
+    if [ "$1" != 0 ]; then printf '\n@@failed %s (exit status %s)@@\n' "$2" "$1"; exit 1; fi
+}
+"""
+
+
+class Step(NamedTuple):
+    where: str
+    console: bool
+    command: str
+    expected: list[str]
+
+
+def page_steps(page: Path) -> list[Step]:
+    """Every command of a page in the order a reader meets them: ``sh`` lines, and ``console`` ``$ `` lines."""
+    text = page.read_text()
+    steps: list[Step] = []
+    for match in _SHELL_BLOCK.finditer(text):
+        line = text.count("\n", 0, match.start(2))
+        if match.group(1) == "sh":
+            commands = match.group(2).replace("\\\n", " ").splitlines()
+            steps += [Step(f"{page.name}:{line}", False, command, []) for command in commands if command.strip()]
+            continue
+        for row in match.group(2).splitlines():
+            if row.startswith("$ "):
+                steps.append(Step(f"{page.name}:{line}", True, row[2:], []))
+            else:
+                steps[-1].expected.append(row)
+    return steps
+
+
+def page_script(steps: list[Step]) -> str:
+    """One bash script: the stand-ins, then each step after a marker; an ``sh`` line that fails stops it."""
+    lines = [STAND_INS]
+    for index, step in enumerate(steps):
+        lines.append(f"printf '\\n@@step {index}@@\\n'")
+        lines.append(step.command)
+        if not step.console:
+            lines.append(f"_check $? {shlex.quote(step.where + ': ' + step.command)}")
+    lines.append(f"printf '\\n@@step {len(steps)}@@\\n'")
+    return "\n".join(lines) + "\n"
+
+
+def as_a_clone(directory: Path) -> None:
+    """Make ``directory`` stand for a fresh clone: the repository's files, and ``.venv/bin`` (this virtualenv's)."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for name in files.decode().split("\0"):
+        if name and (ROOT / name).is_file():
+            (directory / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, directory / name)
+    (directory / ".venv").mkdir()
+    (directory / ".venv" / "bin").symlink_to(VENV_BIN, target_is_directory=True)
+
+
+def test_page_steps_follow_the_page() -> None:
+    steps = page_steps(DOCS / "getting-started" / "instructors.md")
+    assert not steps[0].console and steps[0].command.startswith("python3 -m venv .venv && . .venv/bin/activate")
+    commands = [step.command for step in steps]
+    assert (
+        commands.index("cd grading-demo")
+        < commands.index("cd ..")
+        < commands.index("cp lessons/solutions/*.ipynb submissions/alice/")
+    )
+    assert steps[-1].command.startswith("cellbox install --sys-prefix")
+    assert page_script(steps).count("printf '\\n@@step ") == len(steps) + 1
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not IN_A_VENV, reason="the pages activate a virtualenv: run the tests from one")
+@pytest.mark.parametrize("page", GETTING_STARTED, ids=[page.name for page in GETTING_STARTED])
+def test_getting_started_page_works_top_to_bottom_in_one_shell(page: Path, tmp_path: Path) -> None:
+    # A reader follows the page in one terminal: each command where the one before it left them. The
+    # instructors' page once failed at "Grade the lessons", still in the first demo's folder.
+    clone, home = tmp_path / "clone", tmp_path / "home"
+    clone.mkdir()
+    home.mkdir()
+    as_a_clone(clone)
+    steps = page_steps(page)
+    (tmp_path / "page.sh").write_text(page_script(steps))
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("JPY_", "JUPYTER_", "VIRTUAL_ENV"))}
+    env.update(
+        PATH=reader_path(False),  # the page activates the virtualenv itself
+        HOME=str(home),  # ~/cellbox-lessons and JupyterLab's files land here
+        PIP_CACHE_DIR=os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip")),
+        BROWSER="true",  # JupyterLab's "open a browser" does nothing
+    )
+    result = subprocess.run(
+        ["bash", str(tmp_path / "page.sh")],
+        cwd=clone,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=PAGE_TIMEOUT,
+    )
+    assert "@@failed" not in result.stdout and result.returncode == 0, result.stdout[-3000:]
+    outputs = _STEP.split(result.stdout)[1:]
+    said = {int(index): output for index, output in zip(outputs[::2], outputs[1::2], strict=True)}
+    assert sorted(said) == list(range(len(steps) + 1)), result.stdout[-3000:]
+    for index, step in enumerate(steps):
+        output = as_a_normal_user(said[index])
+        if output and not output.endswith("\n"):
+            output += "\n"
+        if step.console:
+            assert output_pattern(step.expected).fullmatch(output), (
+                f"{step.where}: `{step.command}` printed\n{output}\nwhile the page shows\n" + "\n".join(step.expected)
+            )
+    if page.name == "students.md":  # the first command copies the lessons into ~/cellbox-lessons and opens them
+        from cellbox.lessons import DEFAULT_COPY
+
+        copied = sorted(path.name for path in (home / DEFAULT_COPY).glob("[0-9][0-9]-*.ipynb"))
+        assert copied == sorted(path.name for path in (ROOT / "lessons").glob("[0-9][0-9]-*.ipynb"))
+        assert "cellbox lessons: JupyterLab stopped" in result.stdout
+    if page.name == "instructors.md":
+        assert (clone / "sys-prefix" / "share" / "jupyter" / "kernels" / "cellbox-short" / "kernel.json").is_file()
