@@ -593,13 +593,22 @@ def page_script(steps: list[Step]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# What a checkout holds that a fresh clone does not (CI's second run copies the files without .git).
+NOT_IN_A_CLONE = (
+    ".git",
+    ".venv",
+    "_build",
+    "__pycache__",
+    "*_cache",
+    "test-results",
+    "*.egg-info",
+    ".ipynb_checkpoints",
+)
+
+
 def as_a_clone(directory: Path) -> None:
     """Make ``directory`` stand for a fresh clone: the repository's files, and ``.venv/bin`` (this virtualenv's)."""
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
-    for name in files.decode().split("\0"):
-        if name and (ROOT / name).is_file():
-            (directory / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, directory / name)
+    shutil.copytree(ROOT, directory, ignore=shutil.ignore_patterns(*NOT_IN_A_CLONE), dirs_exist_ok=True)
     (directory / ".venv").mkdir()
     (directory / ".venv" / "bin").symlink_to(VENV_BIN, target_is_directory=True)
 
