@@ -111,6 +111,20 @@ def as_a_normal_user(output: str) -> str:
     return "".join(lines).replace(ROOT_SUFFIX, "").replace('"as_root": true', '"as_root": false')
 
 
+# `cellbox grade` says so when submissions get fewer layers than on a machine with every one; the pages show
+# such a machine's output.
+GRADE_ISOLATION_NOTE = "cellbox grade: note: submissions run with "
+
+
+def as_on_a_full_machine(output: str) -> str:
+    """The output as on a machine with every isolation layer: without grade's note of the layers this one lacks."""
+    from cellbox.sandbox.isolation import probe
+
+    if not probe().missing:
+        return output
+    return "".join(line for line in output.splitlines(keepends=True) if not line.startswith(GRADE_ISOLATION_NOTE))
+
+
 VENV_BIN = Path(sys.executable).parent
 IN_A_VENV = sys.prefix != sys.base_prefix
 
@@ -165,7 +179,7 @@ def test_console_example_prints_what_the_docs_show(example: Example, tmp_path: P
             cwd = cwd / cd.group(1)
             assert cwd.is_dir() and not expected, f"{example.where}: `{command}`"
             continue
-        output = as_a_normal_user(run_command(command, cwd, example.activated))
+        output = as_on_a_full_machine(as_a_normal_user(run_command(command, cwd, example.activated)))
         if output and not output.endswith("\n"):
             output += "\n"
         assert output_pattern(expected).fullmatch(output), (
@@ -660,7 +674,7 @@ def test_getting_started_page_works_top_to_bottom_in_one_shell(page: Path, tmp_p
     said = {int(index): output for index, output in zip(outputs[::2], outputs[1::2], strict=True)}
     assert sorted(said) == list(range(len(steps) + 1)), result.stdout[-3000:]
     for index, step in enumerate(steps):
-        output = as_a_normal_user(said[index])
+        output = as_on_a_full_machine(as_a_normal_user(said[index]))
         if output and not output.endswith("\n"):
             output += "\n"
         if step.console:
@@ -675,3 +689,12 @@ def test_getting_started_page_works_top_to_bottom_in_one_shell(page: Path, tmp_p
         assert "cellbox lessons: JupyterLab stopped" in result.stdout
     if page.name == "instructors.md":
         assert (clone / "sys-prefix" / "share" / "jupyter" / "kernels" / "cellbox-short" / "kernel.json").is_file()
+
+
+def test_the_grade_note_left_out_on_a_machine_without_some_layer_is_grades(capsys: pytest.CaptureFixture[str]) -> None:
+    from cellbox.grading.cli import _note_weak_isolation
+    from cellbox.sandbox.isolation import Isolation
+
+    _note_weak_isolation(Isolation(mode="none"))
+    note = capsys.readouterr().err
+    assert note.startswith(GRADE_ISOLATION_NOTE) and note.count("\n") == 1
