@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from .cgroups import MemoryCgroup, PidsCgroup, memory_cgroup_root, pids_cgroup_root
-from .environment import TaskDirectory
+from .environment import TaskDirectory, strip_setid_bits
 from .isolation import (
     BWRAP_LAYERS,
+    REFUSAL_WORDS,
     Isolation,
     Plan,
     bwrap_prefix,
@@ -26,6 +27,8 @@ from .isolation import (
     landlock_rules,
     probe,
     socket_filter,
+    socket_filter_missing,
+    walls_refused,
 )
 from .limits import Limits, format_size
 
@@ -44,6 +47,7 @@ class Confinement:
     _cgroup: PidsCgroup | None
     _memory_cgroup: MemoryCgroup | None
     _disk_watched: bool
+    _workdir: str
 
     def _isolate(self, plan: Plan, spec: dict[str, Any], argv: Sequence[str], env: dict[str, str]) -> list[str]:
         """The bwrap command in front of the launcher, the Landlock rules, and the run's report of the layers."""
@@ -86,6 +90,43 @@ class Confinement:
                     f"fs: the working directory {spec['cwd']} is not writable by {spec.get('user')} (uid {uid})"
                 )
         return prefix
+
+    def _hold_walls(self, spec: dict[str, Any]) -> list[str]:
+        """The filter of a run with isolation ``none``: the walls every run holds (:func:`walls_refused`).
+
+        No namespace, no Landlock: only the refusals no layer gives (ptrace and
+        its kin, set-user-ID files, file capabilities for root), with
+        ``no_new_privs``, which seccomp(2) needs without CAP_SYS_ADMIN.  Where
+        the filter cannot be had the run's notes say what is then open (design
+        rule 8).  Returns the bwrap prefix: none.
+        """
+        refused = walls_refused(os.geteuid() == 0)
+        blocked = socket_filter_missing()
+        if blocked is not None:
+            self._notes.append(
+                f"syscall filter: not applied ({blocked}): {', '.join(REFUSAL_WORDS[g] for g in refused)}"
+            )
+            return []
+        spec["no_new_privs"] = True
+        spec["seccomp"] = socket_filter(False, False, refuse=refused, basic=False).hex()
+        self._isolation.append("syscall-filter")
+        return []
+
+    def _strip_setid_files(self) -> None:
+        """As root on a machine without a syscall filter: take the set-user-ID bits off what the run left.
+
+        Where the filter refuses making such files this does nothing; where it
+        cannot be loaded, a root run could leave one in its writable folders
+        (the working directory, the task directory, ``writable`` paths), so those
+        are swept after it ends (:func:`~cellbox.sandbox.environment.strip_setid_bits`).
+        """
+        if os.geteuid() != 0 or socket_filter_missing() is None:
+            return
+        folders = [self._workdir, str(self.task.path), *self.isolation.writable]
+        changed = strip_setid_bits([f for f in folders if f and f != "/"])
+        if changed:
+            shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+            self._notes.append(f"fs: set-user-ID and set-group-ID bits the run left were removed: {shown}")
 
     def _task_tmpfs_size(self, plan: Plan, cwd: str) -> int | None:
         """The size of the tmpfs over the task directory (the ``disk`` limit), or ``None`` for none.

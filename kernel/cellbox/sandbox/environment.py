@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["TaskDirectory", "build_environment", "PASSED_THROUGH", "FIXED"]
+__all__ = ["TaskDirectory", "build_environment", "strip_setid_bits", "PASSED_THROUGH", "FIXED"]
 
 # Names copied from the parent only when set there: locale and terminal, which
 # change how text is printed, never what a program may reach.
@@ -147,3 +147,35 @@ def build_environment(
     if extra:
         env.update({str(k): str(v) for k, v in extra.items()})
     return env
+
+
+# Entries strip_setid_bits looks at, at most: it runs after every run on a machine without a syscall filter.
+SETID_SWEEP_LIMIT = 100_000
+
+
+def strip_setid_bits(folders: list[str], limit: int = SETID_SWEEP_LIMIT) -> list[str]:
+    """Remove S_ISUID and S_ISGID from every file and directory below ``folders``; the paths changed.
+
+    The last wall against a set-user-ID file a root run left, where no syscall
+    filter can refuse making it (see docs/isolation.md): called after the run,
+    when none of its processes is left to race it.  Symbolic links are never
+    followed; at most ``limit`` entries are looked at, in all.  Errors on
+    single entries are skipped (the caller's note names what was changed).
+    """
+    changed: list[str] = []
+    seen = 0
+    for folder in dict.fromkeys(folders):
+        for directory, dirs, files in os.walk(folder):
+            for name in [*dirs, *files]:
+                seen += 1
+                if seen > limit:
+                    return changed
+                path = os.path.join(directory, name)
+                try:
+                    info = os.lstat(path)
+                    if info.st_mode & 0o6000 and not os.path.islink(path):
+                        os.chmod(path, info.st_mode & 0o1777)
+                        changed.append(path)
+                except OSError:
+                    continue
+    return changed

@@ -477,7 +477,12 @@ def make_plan(isolation: Isolation, support: Support, *, user: str | int | None)
     # user, and for root kept at uid 0; a run root hands to another user gets the filter's refusal instead.
     own_userns = support.disable_userns and (not support.as_root or (isolation.keep_root and run_as is None))
     refuse = _calls_to_refuse(
-        isolation, layers, bwrapped=bool(bwrapped), kept_root=kept_root, userns_open=bool(bwrapped) and not own_userns
+        isolation,
+        layers,
+        bwrapped=bool(bwrapped),
+        kept_root=kept_root,
+        userns_open=bool(bwrapped) and not own_userns,
+        as_root=support.as_root,
     )
     if any(sockets) or refuse:
         blocked = socket_filter_missing()
@@ -504,11 +509,20 @@ REFUSAL_WORDS = {
     "ipc": "System V IPC, POSIX message queues and kernel keys outlive the run",
     "file-attributes": "root's files may change mode, owner, ACLs and times",
     "userns": "a user namespace gives the program capabilities of its own",
+    "process-control": "a process of the run may trace another (ptrace) and read or write its memory",
+    "setid-files": "set-user-ID and set-group-ID files may be made",
+    "file-capabilities": "root's program may give a file capabilities (setxattr security.capability)",
 }
 
 
 def _calls_to_refuse(
-    isolation: Isolation, layers: list[str], *, bwrapped: bool, kept_root: bool, userns_open: bool = False
+    isolation: Isolation,
+    layers: list[str],
+    *,
+    bwrapped: bool,
+    kept_root: bool,
+    userns_open: bool = False,
+    as_root: bool = False,
 ) -> tuple[str, ...]:
     """The groups of :data:`REFUSALS` a run's filter needs: one for each wall bubblewrap would have given.
 
@@ -517,12 +531,26 @@ def _calls_to_refuse(
     kept at uid 0 without bubblewrap's user namespace (``kept_root``); with
     bubblewrap, ``userns`` alone when it leaves nested user namespaces open
     (``userns_open``: root's run handed to another user, or a bwrap before 0.8).
+    And always the walls no namespace gives (:func:`walls_refused`).
     """
     if not isolation.wanted:
         return ()
     if bwrapped:
-        return ("userns",) if userns_open else ()
-    return ("ipc", *(("file-attributes",) if kept_root else ()), "userns")
+        return (*(("userns",) if userns_open else ()), *walls_refused(as_root))
+    return ("ipc", *(("file-attributes",) if kept_root else ()), "userns", *walls_refused(as_root))
+
+
+def walls_refused(as_root: bool) -> tuple[str, ...]:
+    """The groups of :data:`REFUSALS` every run's filter holds, in every isolation mode (``none`` too).
+
+    No namespace gives these walls: ``process-control`` (one process of a run
+    or a session tracing, reading or writing another: a cell resuming a stopped
+    snapshot with PTRACE_CONT), ``setid-files`` (no run makes a set-user-ID or
+    set-group-ID file, which another user would run with the run's uid), and
+    for root's runs (``as_root``) ``file-capabilities``, the same escalation
+    through an extended attribute (capabilities(7), "File capabilities").
+    """
+    return ("process-control", "setid-files", *(("file-capabilities",) if as_root else ()))
 
 
 def _sockets_to_deny(isolation: Isolation, layers: list[str]) -> tuple[bool, bool]:
@@ -566,6 +594,31 @@ REFUSALS = {
     # No bubblewrap --disable-userns: unshare(2)/clone(2) with CLONE_NEWUSER would give the program a
     # full capability set in a namespace of its own (rules in _refuse_user_namespaces).
     "userns": (),
+    # Every process of a session shares its user and Landlock domain: without these a cell could trace a
+    # stopped snapshot and resume it (PTRACE_CONT sends no SIGCONT), or take another process's fds.
+    "process-control": ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "process_madvise"),
+    # A set-user-ID or set-group-ID file left in a writable folder runs as the run's user for anyone
+    # (rules on the mode argument in _refuse_setid_files).
+    "setid-files": (),
+    # A file capability (security.capability) is the same escalation as a set-user-ID bit: root's runs
+    # set no extended attribute at all, since seccomp cannot read the attribute's name.
+    "file-capabilities": ("setxattr", "lsetxattr", "fsetxattr"),
+}
+# The set-user-ID and set-group-ID bits of a mode (inode(7)), and where each call takes its mode
+# (libseccomp numbers the raw syscall arguments from 0).  mkdir(2) and mkdirat(2) are not here: Linux
+# drops both bits from their mode (a directory only inherits S_ISGID from its parent), so refusing them
+# would only break a program that asks for 02775.
+S_ISUID, S_ISGID = 0o4000, 0o2000
+SETID_MODE_ARGUMENTS = {
+    "chmod": 1,
+    "fchmod": 1,
+    "fchmodat": 2,
+    "fchmodat2": 2,
+    "open": 2,
+    "openat": 3,
+    "creat": 1,
+    "mknod": 1,
+    "mknodat": 2,
 }
 CLONE_NEWUSER = 0x10000000
 # Families above AF_NETLINK are refused with one "greater or equal" rule.
@@ -575,7 +628,7 @@ S_IFMT, S_IFCHR, S_IFBLK = 0o170000, 0o020000, 0o060000
 
 
 @functools.lru_cache(maxsize=8)
-def socket_filter(inet: bool = True, unix: bool = True, refuse: tuple[str, ...] = ()) -> bytes:
+def socket_filter(inet: bool = True, unix: bool = True, refuse: tuple[str, ...] = (), basic: bool = True) -> bytes:
     """The seccomp filter of a run that lacks a wall (net, fs, ipc or user), as a BPF program (bytes).
 
     Built with libseccomp (the ``pyseccomp`` bindings, over Debian's
@@ -599,12 +652,22 @@ def socket_filter(inet: bool = True, unix: bool = True, refuse: tuple[str, ...] 
       (``unshare(2)`` and ``clone(2)`` with CLONE_NEWUSER; ``clone3(2)``, whose
       flags seccomp cannot read, fails with ENOSYS, so glibc falls back to
       ``clone(2)``, as container runtimes do).  A call this libseccomp does not
-      know (``fchmodat2`` before 2.5.5) is left out.
+      know (``fchmodat2`` before 2.5.5) is left out.  Three groups every run
+      holds (:func:`walls_refused`): ``process-control`` (ptrace(2),
+      process_vm_readv(2)/process_vm_writev(2), pidfd_getfd(2),
+      process_madvise(2)), ``setid-files`` (chmod(2) and its kin, open(2),
+      openat(2), creat(2), mknod(2) and their ``at`` forms with
+      S_ISUID or S_ISGID in the mode, whatever the other bits; ``openat2(2)``,
+      whose mode is in a struct seccomp cannot read, fails with ENOSYS, so
+      libc falls back to ``openat(2)``) and ``file-capabilities``
+      (setxattr(2) and its kin).
 
     Args:
         inet: refuse AF_INET and AF_INET6 sockets (the network is off).
         unix: refuse AF_UNIX sockets and unconnected socket pairs.
         refuse: names of :data:`REFUSALS`, in any order.
+        basic: the socket families and device nodes above; ``False`` for a run
+            with isolation ``none``, whose filter holds ``refuse`` and io_uring only.
 
     Arguments are compared on their low 32 bits, as the kernel reads an
     ``int`` (a family with high bits set is the same family).  A program
@@ -623,20 +686,13 @@ def socket_filter(inet: bool = True, unix: bool = True, refuse: tuple[str, ...] 
     except (ImportError, RuntimeError) as exc:
         raise OSError(f"libseccomp is not available ({exc})") from None
     deny = seccomp.ERRNO(errno.EPERM)
-    low = 0xFFFF_FFFF
     rules = seccomp.SyscallFilter(seccomp.ALLOW)
-    allowed = {AF_NETLINK, *(() if inet else (AF_INET, AF_INET6)), *(() if unix else (AF_UNIX,))}
-    for family in range(AF_FIRST_ABOVE_NETLINK):
-        if family not in allowed and family != 0:
-            rules.add_rule(deny, "socket", seccomp.Arg(0, seccomp.MASKED_EQ, low, family))
-    # With high bits set a family can only compare greater; the kernel reads the low 32 bits.
-    rules.add_rule(deny, "socket", seccomp.Arg(0, seccomp.GE, AF_FIRST_ABOVE_NETLINK))
-    for call, mode_arg in (("mknod", 1), ("mknodat", 2)):
-        for kind in (S_IFCHR, S_IFBLK):
-            rules.add_rule(deny, call, seccomp.Arg(mode_arg, seccomp.MASKED_EQ, S_IFMT, kind))
+    if basic:
+        _refuse_socket_families(seccomp, rules, deny, inet=inet, unix=unix)
+    # io_uring's operations (an openat with any mode, sockets) never pass through seccomp.
     for call in ("io_uring_setup", "io_uring_enter", "io_uring_register"):
         rules.add_rule(deny, call)
-    if unix:
+    if basic and unix:
         for kind in (SOCK_DGRAM, SOCK_RAW, SOCK_RDM, SOCK_SEQPACKET, SOCK_DCCP, SOCK_PACKET):
             rules.add_rule(deny, "socketpair", seccomp.Arg(1, seccomp.MASKED_EQ, SOCK_TYPE_MASK, kind))
         if inet:
@@ -646,6 +702,8 @@ def socket_filter(inet: bool = True, unix: bool = True, refuse: tuple[str, ...] 
             _refuse_if_known(seccomp, rules, deny, call)
         if group == "userns":
             _refuse_user_namespaces(seccomp, rules, deny)
+        if group == "setid-files":
+            _refuse_setid_files(seccomp, rules, deny)
     read_end, write_end = os.pipe()
     try:
         with os.fdopen(write_end, "wb") as out:
@@ -659,6 +717,36 @@ def socket_filter(inet: bool = True, unix: bool = True, refuse: tuple[str, ...] 
             except OSError:
                 pass
         raise
+
+
+def _refuse_socket_families(seccomp: Any, rules: Any, deny: Any, *, inet: bool, unix: bool) -> None:
+    """socket(2) of the families :func:`socket_filter` refuses, and mknod(2)/mknodat(2) of a device node."""
+    low = 0xFFFF_FFFF
+    allowed = {AF_NETLINK, *(() if inet else (AF_INET, AF_INET6)), *(() if unix else (AF_UNIX,))}
+    for family in range(AF_FIRST_ABOVE_NETLINK):
+        if family not in allowed and family != 0:
+            rules.add_rule(deny, "socket", seccomp.Arg(0, seccomp.MASKED_EQ, low, family))
+    # With high bits set a family can only compare greater; the kernel reads the low 32 bits.
+    rules.add_rule(deny, "socket", seccomp.Arg(0, seccomp.GE, AF_FIRST_ABOVE_NETLINK))
+    for call, mode_arg in (("mknod", 1), ("mknodat", 2)):
+        for kind in (S_IFCHR, S_IFBLK):
+            rules.add_rule(deny, call, seccomp.Arg(mode_arg, seccomp.MASKED_EQ, S_IFMT, kind))
+
+
+def _refuse_setid_files(seccomp: Any, rules: Any, deny: Any) -> None:
+    """Every call of :data:`SETID_MODE_ARGUMENTS` with S_ISUID or S_ISGID in its mode; openat2(2) with ENOSYS.
+
+    One rule per bit (libseccomp ORs the rules of a call): the mode masked
+    with the bit equals the bit, whatever the call's other arguments.  open(2)
+    and openat(2) use the mode only when they create (O_CREAT, O_TMPFILE), and
+    libc passes 0 otherwise, so a plain open never carries these bits.
+    """
+    for call, mode_arg in SETID_MODE_ARGUMENTS.items():
+        if seccomp.resolve_syscall(seccomp.Arch.NATIVE, call) < 0:
+            continue  # not a call of this architecture (aarch64 has no open, chmod, mkdir...)
+        for bit in (S_ISUID, S_ISGID):
+            rules.add_rule(deny, call, seccomp.Arg(mode_arg, seccomp.MASKED_EQ, bit, bit))
+    _refuse_if_known(seccomp, rules, seccomp.ERRNO(errno.ENOSYS), "openat2")
 
 
 def _refuse_if_known(seccomp: Any, rules: Any, action: Any, call: str) -> None:

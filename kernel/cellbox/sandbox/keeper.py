@@ -61,6 +61,7 @@ from .snapshots import (
     set_dumpable,
     set_name,
     start_base,
+    stop_problem,
     stop_process,
     vm_size,
 )
@@ -321,6 +322,7 @@ class Keeper:
             return {"error": "the session is busy with another run" if self.run else "the base snapshot is gone"}
         if self.chain.pending is not None:
             self.settle(False)  # never settled: the kernel moved on without it
+        self.check_held()
         earlier, self.spare_note = self.spare_note, None
         spare = self.take_spare(request)
         self.set_processes(request)
@@ -434,8 +436,11 @@ class Keeper:
             mine.close()
             self.spare_failed(source, exc)
             return
-        stop_process(pid)
+        problem = stop_process(pid)
         self.spare = Spare(pid, mine, source)
+        if problem is not None:
+            self.discard_spare()
+            self.spare_note = f"session: the spare was killed: {problem}"
         self.kill_strays()
 
     def spare_failed(self, source, exc):
@@ -500,6 +505,40 @@ class Keeper:
             )
         if self.run is None:
             self.kill_strays()
+
+    def check_held(self):
+        """Kill every snapshot, and the spare, that is not in a real group stop (:func:`stop_problem`); say so.
+
+        Called after every run and before the next: where no syscall filter
+        refuses ptrace(2), a run's process may have traced a snapshot (so that
+        the keeper's SIGSTOP became a ptrace stop) and resumed it with
+        PTRACE_CONT, which makes no ``continued`` report for
+        :meth:`check_stopped`.  The run's end detached it, stopped or running.
+        Killing one may free another it traced, so it looks again until
+        everything it holds is stopped and untraced.
+        """
+        while True:
+            found = False
+            held = [*self.chain.snapshots(), *([self.chain.pending] if self.chain.pending is not None else [])]
+            for snap in held:
+                problem = stop_problem(snap.pid)
+                if problem is None:
+                    continue
+                found = True
+                if snap is self.chain.pending and self.run is not None:
+                    self.run.snapshot_error = f"its snapshot was killed: {problem}"  # said in this run's reply
+                else:
+                    self.spare_note = f"session: a snapshot was killed: {problem}; the state it held is gone"
+                self.chain.remove(snap)
+            if self.spare is not None:
+                problem = stop_problem(self.spare.pid)
+                if problem is not None:
+                    found = True
+                    self.discard_spare()
+                    self.spare_note = f"session: the spare was killed: {problem}"
+            if not found:
+                return
+            self.reap()
 
     def spared(self):
         """Pids the end of a run must not kill: the snapshots' and the spare's."""
@@ -668,9 +707,16 @@ class Keeper:
         self.kill_run()
         # Stopped (again, now that no other process of the run is left to continue them) before the report.
         if self.chain.pending is not None:
-            self.chain.pending.stop()
+            problem = self.chain.pending.stop()
+            if problem is not None:
+                self.chain.remove(self.chain.pending)
+                run.snapshot_error = f"its snapshot was killed: {problem}"
         if self.spare is not None:
-            stop_process(self.spare.pid)
+            problem = stop_process(self.spare.pid)
+            if problem is not None:
+                self.discard_spare()
+                self.spare_note = f"session: the spare was killed: {problem}"
+        self.check_held()
         self.report(run)
         for fd in (run.status_fd, run.control_fd):
             try:

@@ -219,6 +219,7 @@ class Run(Confinement, Pump):
 
     def _start(self, argv, cwd, env, stdin, on_stdout, on_stderr, channel, user) -> None:  # type: ignore[no-untyped-def]
         workdir = os.path.abspath(cwd if cwd is not None else self.task.work)
+        self._workdir = workdir
         if not os.path.isdir(workdir):
             raise SandboxError(f"working directory {workdir} does not exist; create it or pass another")
         child_env = build_environment(self.task, extra=env)
@@ -248,7 +249,7 @@ class Run(Confinement, Pump):
         else:
             self._setup_processes_limit(spec)
             self._setup_resident_limit(spec)
-            prefix = self._isolate(plan, spec, argv, child_env) if plan is not None else []
+            prefix = self._isolate(plan, spec, argv, child_env) if plan is not None else self._hold_walls(spec)
             self._note_disk_limit(spec, prefix)
 
         control_r, self._control_w = os.pipe()
@@ -282,7 +283,7 @@ class Run(Confinement, Pump):
                 spec.pop("nproc_extra", None)
                 self._setup_processes_limit(spec)
                 self._setup_resident_limit(spec)
-                prefix = self._isolate(plan, spec, argv, child_env) if plan is not None else []
+                prefix = self._isolate(plan, spec, argv, child_env) if plan is not None else self._hold_walls(spec)
                 self._note_disk_limit(spec, prefix)
             if forked is not None:
                 self.proc = forked
@@ -492,6 +493,7 @@ class Run(Confinement, Pump):
                 _pid, wait_status, _usage = os.wait4(self.proc.pid, 0)
                 # Reaped: from here on its pid may belong to another process.
                 self.proc.returncode = os.waitstatus_to_exitcode(wait_status)
+            self._strip_setid_files()
             return self._outcome(record, exec_error, wait_status)
         finally:
             self._cleanup()

@@ -653,11 +653,18 @@ STOP_TIMEOUT = 5.0
 
 
 def stop_process(pid):
-    """SIGSTOP ``pid`` and wait until /proc says it is stopped; SIGKILL it if it is not within :data:`STOP_TIMEOUT`.
+    """SIGSTOP ``pid`` until it is in a real group stop; SIGKILL it if it is traced, or not stopped in time.
 
     The stop is sent again while waiting: a SIGCONT sent meanwhile discards a
-    pending SIGSTOP (signal(7)).  A snapshot or spare the keeper cannot keep
-    stopped is not kept at all.
+    pending SIGSTOP (signal(7)).  Stopped means every thread in the group stop
+    and none traced (:func:`stop_problem`): a traced thread turns SIGSTOP into
+    a ptrace stop its tracer may end (PTRACE_CONT sends no SIGCONT), and an
+    untraced thread beside it runs on.  A snapshot or spare the keeper cannot
+    keep stopped is not kept at all.
+
+    Returns:
+        ``None`` when it is stopped (or already gone), else why it was killed:
+        ``"it was traced (by pid 12)"``, ``"it did not stop (state S)"``.
     """
     deadline = time.monotonic() + STOP_TIMEOUT
     pause = 0.0002
@@ -665,18 +672,48 @@ def stop_process(pid):
         try:
             os.kill(pid, signal.SIGSTOP)
         except OSError:
-            return
-        state = process_state(pid)
-        if state is None or state[0] in ("T", "t", "Z"):
-            return
-        time.sleep(pause)
-        if time.monotonic() >= deadline:
+            return None
+        problem = stop_problem(pid)
+        if problem is None:
+            return None
+        if problem.startswith("it was traced") or time.monotonic() >= deadline:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-            return
+            return problem
+        time.sleep(pause)
         pause = min(pause * 2, 0.05)
+
+
+def stop_problem(pid):
+    """Why ``pid`` is not held in a real group stop, or ``None`` when it is (or when it has ended).
+
+    Read from /proc/PID/task/TID/status of each thread (proc(5)): every live
+    thread must be in state ``T`` (stopped by a signal), not ``t`` (a ptrace
+    stop), with ``TracerPid`` 0.  A zombie thread group leader whose other
+    threads still run (the leader called exit(2) alone) is not stopped either.
+    Who calls it: :func:`stop_process`, and the keeper before it continues a
+    snapshot or the spare and after every run
+    (:meth:`cellbox.sandbox.keeper.Keeper.check_held`).
+    """
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                fields = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+        except OSError:
+            continue  # a thread that ended meanwhile
+        state = fields.get("State", "?").strip()[:1]
+        tracer = fields.get("TracerPid", "0").strip()
+        if tracer not in ("", "0"):
+            return f"it was traced (by pid {tracer})"
+        if state not in ("T", "Z", "X"):
+            return f"it did not stop (state {state})"
+    return None
 
 
 def continue_process(pid):
@@ -688,7 +725,8 @@ def continue_process(pid):
     here, before the keeper's own, is too.
 
     Raises:
-        OSError: it was continued from outside since the keeper stopped it, or it is gone.
+        OSError: it was continued from outside since the keeper stopped it, it is traced or
+            not in a real group stop (:func:`stop_problem`; it is then killed), or it is gone.
     """
     try:
         earlier = os.waitid(os.P_PID, pid, os.WCONTINUED | os.WNOHANG)
@@ -696,6 +734,14 @@ def continue_process(pid):
         earlier = None  # not (yet) the keeper's child: it reports to its parent
     if earlier is not None:
         raise OSError(0, "it was continued from outside the session (SIGCONT)")
+    problem = stop_problem(pid)
+    if problem is not None:
+        # Traced, or running already: whatever a cell left in it has run between cells.
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        raise OSError(0, f"{problem}, so it was killed")
     os.kill(pid, signal.SIGCONT)
     try:
         os.waitid(os.P_PID, pid, os.WCONTINUED | os.WNOHANG)
@@ -711,8 +757,8 @@ class Snapshot:
         self.sock = sock
 
     def stop(self):
-        """SIGSTOP it and wait until it is stopped (see :func:`stop_process`)."""
-        stop_process(self.pid)
+        """SIGSTOP it and wait until it is stopped; ``None``, or why it was killed instead (:func:`stop_process`)."""
+        return stop_process(self.pid)
 
     def kill(self):
         try:

@@ -1,0 +1,188 @@
+"""A hostile cell against the walls every session holds: the session's other processes, set-user-ID files.
+
+A cell can reach every process of its session that shares its user and Landlock domain: its snapshots
+and the spare.  These tests are cells a student can write in the default configuration, driven through
+jupyter_client, and check two promises of docs/isolation.md: nothing a cell left runs between cells,
+and no cell makes a set-user-ID or set-group-ID file.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
+
+from kernelkit import descendants, execute, running_kernel
+from test_sandbox_walls import SETID_ATTEMPTS, SETID_REFUSED, assert_no_setid_file
+
+# A kernel whose session filter leaves ptrace and its kin open, as on a machine without libseccomp (the
+# rest of the filter stays): the keeper's own check must then catch the traced snapshot.
+UNFILTERED = """
+import sys, runpy
+import cellbox.sandbox.isolation as isolation
+walls = isolation.walls_refused
+isolation.walls_refused = lambda as_root: tuple(g for g in walls(as_root) if g != 'process-control')
+sys.argv = ['cellbox.kernel', '-f', sys.argv[1]]
+runpy.run_module('cellbox.kernel', run_name='__main__', alter_sys=True)
+"""
+
+
+@pytest.fixture(params=["filtered", "unfiltered"])
+def notebook(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[BlockingKernelClient, Path, int, bool]]:
+    filtered = request.param == "filtered"
+    if not filtered:
+        spec = tmp_path / "kernels" / "kernels" / "cellbox-unfiltered"
+        spec.mkdir(parents=True)
+        argv = [sys.executable, "-c", UNFILTERED, "{connection_file}"]
+        (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "cellbox", "language": "python"}))
+        monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "kernels"))
+    work = tmp_path / "work"
+    work.mkdir()
+    name = "cellbox" if filtered else "cellbox-unfiltered"
+    with running_kernel(name, cwd=str(work)) as (km, kc):
+        yield kc, work, int(km.provisioner.process.pid), filtered  # type: ignore[union-attr]
+
+
+def host_pid(kernel: int, inner: int) -> int | None:
+    """The pid, as this process sees it, of the process below ``kernel`` that is ``inner`` in its pid namespace.
+
+    The session may have a pid namespace of its own (proc(5): the NSpid line of /proc/PID/status).
+    ``None`` when there is none (it was killed).
+    """
+    for pid in descendants(kernel):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                line = next(line for line in f if line.startswith("NSpid:"))
+        except (OSError, StopIteration):
+            continue
+        if int(line.split()[-1]) == inner:
+            return pid
+    return None
+
+
+def cpu_ticks(pid: int | None) -> int | None:
+    """utime + stime of ``pid`` in clock ticks (proc(5) /proc/PID/stat fields 14 and 15), ``None`` when gone."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    if fields[0] == b"Z":
+        return None
+    return int(fields[11]) + int(fields[12])
+
+
+def idle_ticks(pid: int | None) -> int:
+    """Clock ticks of CPU ``pid`` used over one second while no cell runs (0 when it is gone)."""
+    before = cpu_ticks(pid)
+    time.sleep(1.0)
+    after = cpu_ticks(pid)
+    return 0 if before is None or after is None else after - before
+
+
+# The at-fork handler runs in both children of the cell's command.  The snapshot (forked first) makes
+# itself dumpable and starts a thread that names itself in a file and burns CPU; the spare (forked
+# next) PTRACE_SEIZEs that thread before the keeper stops the snapshot (the command waits for both), so
+# that the keeper's SIGSTOP
+# becomes a ptrace stop.  The next cell, in the spare, lets go of the thread; the snapshot of that
+# cell seizes it in its turn and continues it (PTRACE_CONT, no SIGCONT): it then runs while its tracer
+# sits stopped as the session's newest snapshot, between cells.
+LEAVE_TRACER = """
+import ctypes, os, threading, time
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+_forks = [0]
+_seized = {}
+def _burn():
+    with open('snapshot.pid.part', 'w') as f:
+        f.write(f'{os.getpid()} {threading.get_native_id()}')
+    os.rename('snapshot.pid.part', 'snapshot.pid')
+    while True:
+        pass
+def _wait_stop(tid):
+    try:
+        os.waitpid(tid, os.WNOHANG | 0x40000000)  # __WALL: the tracee's stop, reported to its tracer
+    except OSError:
+        pass
+def _in_child():
+    if _forks[0] == 0 and 'tid' not in _seized:  # the first cell's snapshot
+        _forks[0] = 99
+        _libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
+        threading.Thread(target=_burn, daemon=True).start()
+    elif _forks[0] == 1 and 'tid' not in _seized:  # its spare, where the next cell runs
+        _forks[0] = 0
+        tid = int(open('snapshot.pid').read().split()[1])
+        _seized.update(tid=tid, seize=_libc.ptrace(0x4206, tid, None, None))  # PTRACE_SEIZE
+        open('seized', 'w').close()
+    elif _forks[0] == 0:  # the next cell's snapshot
+        _forks[0] = 99
+        tid = _seized['tid']
+        _seized['again'] = _libc.ptrace(0x4206, tid, None, None)
+        pid = int(open('snapshot.pid').read().split()[0])
+        for _attempt in range(50):  # until it runs: a seized stopped thread may trap once more
+            time.sleep(0.01)
+            _wait_stop(tid)
+            _seized['cont'] = _libc.ptrace(7, tid, None, None)  # PTRACE_CONT
+            with open(f'/proc/{pid}/task/{tid}/stat') as f:
+                if f.read().rsplit(')', 1)[1].split()[0] == 'R':
+                    break
+        open('taken', 'w').close()
+def _in_parent():
+    _forks[0] += 1
+    names = {1: 'taken' if 'tid' in _seized else 'snapshot.pid', 2: 'taken' if 'tid' in _seized else 'seized'}
+    deadline = time.monotonic() + 10
+    while not os.path.exists(names.get(_forks[0], '.')) and time.monotonic() < deadline:
+        time.sleep(0.001)  # each child has done its part before the command goes on
+os.register_at_fork(after_in_child=_in_child, after_in_parent=_in_parent)
+state = 41
+"""
+
+LET_GO = """
+_wait_stop(_seized.get('tid', 0))
+_detach = _libc.ptrace(17, _seized.get('tid', 0), None, None)  # PTRACE_DETACH
+print(_seized.get('seize'), _detach, state + 1)
+"""
+
+
+def test_a_snapshot_a_cell_traced_does_not_run_between_cells(
+    notebook: tuple[BlockingKernelClient, Path, int, bool],
+) -> None:
+    # Promise: "nothing a cell left runs between cells, whatever it did to its own process and its
+    # siblings".  The filter refuses ptrace (EPERM) inside the session, and the cell's state is kept;
+    # without it the keeper kills the traced snapshot, and the cell's reply says its state is not kept.
+    kc, where, kernel, filtered = notebook
+    first = execute(kc, LEAVE_TRACER)
+    assert first.status == "ok", first.traceback
+    snapshot = host_pid(kernel, int((where / "snapshot.pid").read_text().split()[0]))
+    second = execute(kc, LET_GO)
+    after = execute(kc, "print(state)")
+    assert idle_ticks(snapshot) == 0
+    if filtered:
+        assert "not kept" not in first.stream("stderr")
+        assert second.stream() == "-1 -1 42\n"  # PTRACE_SEIZE and PTRACE_DETACH refused
+        assert after.stream() == "41\n"
+        assert cpu_ticks(snapshot) is not None  # the snapshot is kept, and stopped
+    else:
+        assert first.stream("stderr").startswith(
+            "cellbox: what this cell defined is not kept: its snapshot was killed: it was traced (by pid "
+        )
+        assert cpu_ticks(snapshot) is None
+        assert [error["ename"] for error in after.errors] == ["NameError"]
+
+
+def test_a_cell_makes_no_set_user_id_file(tmp_path: Path) -> None:
+    # Promise: "no run ever creates a set-user-ID or set-group-ID file", a kernel cell's included.
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (_km, kc):
+        result = execute(kc, SETID_ATTEMPTS)
+    assert result.status == "ok", result.traceback
+    assert result.stream() == SETID_REFUSED
+    assert_no_setid_file(tmp_path)
