@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -61,12 +62,24 @@ class Result:
         return "\n".join(plain(line) for error in self.errors for line in error["traceback"])
 
 
+def kernel_manager(name: str = "cellbox", **kwargs: Any) -> KernelManager:
+    """A manager for kernel ``name`` whose channels are unix sockets in a folder of its own.
+
+    jupyter_client's default, TCP on 127.0.0.1, picks five free ports and hands them to the kernel, which
+    binds them a moment later; on a busy machine another test's kernel can take one in between and the
+    kernel dies with "Address already in use" before its first reply. IPC sockets in a fresh private folder
+    (mode 0700) cannot collide, and no cell sees the folder.
+    """
+    folder = tempfile.mkdtemp(prefix="cellbox-test-ipc-")
+    return KernelManager(kernel_name=name, transport="ipc", ip=os.path.join(folder, "kernel"), **kwargs)
+
+
 @contextmanager
 def running_kernel(
     name: str = "cellbox", cwd: str | None = None, extra: list[str] | None = None, interrupt_mode: str | None = None
 ) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
     """Start kernel ``name`` (a kernelspec of this environment) and yield its manager and client."""
-    km = KernelManager(kernel_name=name)
+    km = kernel_manager(name)
     if interrupt_mode:
         km.kernel_spec.interrupt_mode = interrupt_mode  # type: ignore[union-attr]
     km.start_kernel(cwd=cwd or os.getcwd(), extra_arguments=extra or [])

@@ -16,7 +16,7 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from kernelkit import alive, descendants, execute, running_kernel
+from kernelkit import alive, descendants, execute, kernel_manager, running_kernel
 
 
 @pytest.fixture
@@ -257,7 +257,7 @@ def test_a_cell_that_uses_its_whole_processes_limit_says_its_state_is_not_kept(
 
 @pytest.mark.parametrize("when", ["running", "input", "right-after"])
 def test_shutdown_ends_every_process_and_the_kernel_exits_on_its_own(tmp_path: Path, when: str) -> None:
-    km = KernelManager(kernel_name="cellbox")
+    km = kernel_manager("cellbox")
     km.start_kernel(cwd=str(tmp_path))
     kc = km.client()
     kc.start_channels()

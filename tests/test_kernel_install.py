@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
-from jupyter_client.manager import KernelManager
 
 from cellbox.cli import main
 from cellbox.kernelspec import LOGO_SVG, logo_png
-from kernelkit import execute
+from kernelkit import execute, kernel_manager
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "share" / "jupyter" / "kernels" / "cellbox"
@@ -91,7 +90,7 @@ def test_installed_spec_starts_a_kernel_with_its_limits(tmp_path: Path) -> None:
     assert main(["install", "--prefix", str(tmp_path), "--name", "tight", "--wall", "7", "--output", "32K"]) == 0
     specs = KernelSpecManager(kernel_dirs=[str(tmp_path / "share" / "jupyter" / "kernels")])
     assert specs.get_kernel_spec("tight").display_name == "Python 3 (tight)"
-    km = KernelManager(kernel_name="tight", kernel_spec_manager=specs)
+    km = kernel_manager("tight", kernel_spec_manager=specs)
     km.start_kernel(cwd=str(tmp_path))
     kc = km.client()
     kc.start_channels()

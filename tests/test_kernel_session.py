@@ -16,7 +16,7 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from kernelkit import execute, running_kernel, survivors
+from kernelkit import execute, kernel_manager, running_kernel, survivors
 
 
 @pytest.fixture(scope="module")
@@ -240,7 +240,7 @@ def _task_directory(kc: BlockingKernelClient) -> Path:
 
 def test_shutdown_kills_the_running_cell_and_removes_the_task_directory(tmp_path: Path) -> None:
     mark = f"cellbox-test-{uuid.uuid4().hex}"
-    km = KernelManager(kernel_name="cellbox")
+    km = kernel_manager("cellbox")
     km.start_kernel(cwd=str(tmp_path))
     kc = km.client()
     kc.start_channels()
@@ -264,7 +264,7 @@ def test_the_kernel_exits_on_its_own_after_a_shutdown_request(tmp_path: Path) ->
     # (2.5 s later: 3 s added to every nbclient run, in 1 to 3 shutdowns of 4). Five tries: one hang fails.
     exits = []
     for _ in range(5):
-        km = KernelManager(kernel_name="cellbox")
+        km = kernel_manager("cellbox")
         km.start_kernel(cwd=str(tmp_path))
         kc = km.client()
         kc.start_channels()

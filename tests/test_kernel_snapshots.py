@@ -19,7 +19,7 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
 from cellbox.kernel.kernel import DISCARDED
-from kernelkit import alive, descendants, execute, plain, running_kernel
+from kernelkit import alive, descendants, execute, kernel_manager, plain, running_kernel
 
 np = pytest.importorskip("numpy")
 
@@ -364,7 +364,7 @@ def test_carry_state_false_gives_every_cell_a_fresh_namespace(tmp_path: Path) ->
 
 
 def test_shutdown_ends_every_process_of_the_session(tmp_path: Path) -> None:
-    km = KernelManager(kernel_name="cellbox")
+    km = kernel_manager("cellbox")
     km.start_kernel(cwd=str(tmp_path))
     kc = km.client()
     kc.start_channels()
