@@ -60,7 +60,7 @@ def deadline(seconds, message):
 
     started = _time.monotonic()
     previous = _signal.signal(_signal.SIGALRM, ring)
-    outer, _ = _signal.setitimer(_signal.ITIMER_REAL, seconds, 1.0)
+    outer, every = _signal.setitimer(_signal.ITIMER_REAL, seconds, 1.0)
     try:
         yield
     except _Overdue as late:
@@ -69,7 +69,7 @@ def deadline(seconds, message):
         _signal.setitimer(_signal.ITIMER_REAL, 0)
         _signal.signal(_signal.SIGALRM, previous)
         if outer:
-            _signal.setitimer(_signal.ITIMER_REAL, max(outer - (_time.monotonic() - started), 0.01), 1.0)
+            _signal.setitimer(_signal.ITIMER_REAL, max(outer - (_time.monotonic() - started), 0.01), every)
 
 
 def digest(exercise, key, value):

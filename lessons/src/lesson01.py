@@ -151,7 +151,16 @@ def test():
     expect(ok is True, f"run_isolated returned {ok!r} for code that succeeds: did you compare returncode with 0?")
     expect(out is not None, "stdout came back as None: pass capture_output=True to subprocess.run")
     expect(not isinstance(out, bytes), f"stdout came back as bytes ({out!r}): pass text=True to get str")
+    expect(not (out == "" and err == "42\\n"), "stdout and stderr came back the wrong way round: "
+           "return stdout second and stderr third")
     expect(out != "", "stdout came back empty for print(6 * 7): return the child's stdout second")
+    ok, out, err = run_isolated("print('it' + \\"'s\\", \\"$HOME\\")")
+    expect(ok is True and out == "it's $HOME\\n", f"code with quotes and a $ in it gave {(ok, out, err)!r}: "
+           "a shell command string (shell=True) mangles them; pass the list [sys.executable, '-c', code]")
+    ok, out, _ = run_isolated("import os; print(os.getpid())")
+    expect(out.strip() != str(os.getpid()), "the code ran in this very process: run it in a child process (subprocess.run), not with exec")
+    ok, _, _ = run_isolated("import builtins; builtins.print = None")
+    expect(print is not None and ok, "the child's changes should stay in the child: use a new process, not exec")
     ok, out, err = run_isolated("import sys; print('  spaced  '); sys.stderr.write('  note  \\\\n')")
     expect(out == "  spaced  \\n" or out.strip() != "spaced", "stdout came back as "
            f"{out!r} for a child that printed '  spaced  ': return result.stdout as it is, without .strip()")
@@ -173,13 +182,6 @@ def test():
     ok, out, err = run_isolated("raise SystemExit('bye')")
     expect(ok is False, "run_isolated said a child that exits with status 1 succeeded: only returncode 0 is success")
     expect("bye" in err, "the child's error message should be in stderr: capture it and return it third")
-    ok, out, err = run_isolated("print('it' + \\"'s\\", \\"$HOME\\")")
-    expect(ok is True and out == "it's $HOME\\n", f"code with quotes and a $ in it gave {(ok, out, err)!r}: "
-           "a shell command string (shell=True) mangles them; pass the list [sys.executable, '-c', code]")
-    ok, out, _ = run_isolated("import os; print(os.getpid())")
-    expect(out.strip() != str(os.getpid()), "the code ran in this very process: start a new one with subprocess.run, not exec")
-    ok, _, _ = run_isolated("import builtins; builtins.print = None")
-    expect(print is not None and ok, "the child's changes should stay in the child: use a new process, not exec")
     return "runs code in a new process and reports success from the return code alone"
 check("run_isolated", test)
 """)
@@ -230,7 +232,7 @@ def test():
                            "and writing to stderr changes nothing")
         if guess[1] != child.stdout:
             if len(guess[1]) < len(child.stdout):
-                why = "output printed before a failure or an exit stays in stdout, and print ends each line with '\\\\n'"
+                why = "output printed before a failure stays in stdout (before an exit too), and print ends each line with '\\\\n'"
             else:
                 why = "stderr is separate: what goes to sys.stderr, a traceback and a message given to sys.exit are not in stdout"
             raise Feedback(f"snippet {key} ({code}): your stdout is not what the child prints there: {why}")

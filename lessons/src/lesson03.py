@@ -175,7 +175,11 @@ def test():
         with deadline(4, "wait_or_kill was still waiting 3 s after a 0.5 s deadline: pass timeout=seconds to wait, "
                       "and end the child with proc.kill() (SIGKILL: proc.terminate() sends SIGTERM, which a child can ignore)"):
             got = wait_or_kill(slow, 0.5)
-        left = state(slow.pid)  # read before anything here collects the child
+        for _ in range(50):  # a killed child takes a moment to die; read without collecting it
+            left = state(slow.pid)
+            if left in (None, "Z"):
+                break
+            time.sleep(0.02)
     finally:
         if slow.returncode is None:
             slow.kill()
