@@ -257,6 +257,8 @@ def badge_colour(label):
 
 check("badge_colour", """
 def test():
+    expect(badge_colour("TESTS UNVERIFIED") != "green", "TESTS UNVERIFIED came out green: testing with `in` "
+           "(\\"VERIFIED\\" in label); compare the whole label with ==")
     for label, wanted in [("TESTS VERIFIED", "green"), ("TESTS FAILED", "red"), ("TESTS TIMED OUT", "orange"),
                           ("TESTS UNVERIFIED", "grey")]:
         got = badge_colour(label)
