@@ -12,6 +12,8 @@ Each lesson is written once, as ``lessons/src/lessonNN.py``: a script of calls t
   ``raise NotImplementedError`` there instead.
 * ``check(name, src)``: a check cell for exercise ``name`` (it calls the helpers of lessonkit.py).
 * ``answers(text)``: a Markdown cell in the solutions notebook only: the answers to "Try this next".
+* ``hashed(name, answers)``: the source of a dict ``{key: digest}`` of the answers of a "predict" exercise, for its
+  check cell: the check compares digests (lessonkit.digest), so reading the cell gives no answer away.
 
 The build writes two notebooks per lesson: ``lessons/NN-slug.ipynb`` for students and
 ``lessons/solutions/NN-slug.ipynb`` with the solutions filled in.  Both are nbformat 4, carry the ``cellbox``
@@ -144,10 +146,20 @@ def load(path: Path) -> Lesson:
     def answers(text: str) -> None:
         current().add("markdown", "answers", text, solutions_only=True)
 
+    def hashed(name: str, answers: dict) -> str:
+        return "{" + ", ".join(f"{key!r}: {digest(name, key, value)!r}" for key, value in answers.items()) + "}"
+
     namespace = {"lesson": lesson, "md": md, "code": code, "exercise": exercise, "check": check, "answers": answers,
-                 "__file__": str(path)}
+                 "hashed": hashed, "__file__": str(path)}
     exec(compile(path.read_text(), str(path), "exec"), namespace)
     return current()
+
+
+def digest(exercise: str, key: str, value: object) -> str:
+    """lessonkit.digest of one answer (the same function, read from lessonkit.py, so the two never disagree)."""
+    kit: dict = {}
+    exec(compile((HERE / "lessonkit.py").read_text(), "lessonkit.py", "exec"), kit)
+    return kit["digest"](exercise, key, value)
 
 
 def notebook(lesson: Lesson, solutions: bool) -> nbformat.NotebookNode:

@@ -13,10 +13,16 @@ A check cell looks like this::
 """
 
 import builtins as _builtins
+import contextlib as _contextlib
+import hashlib as _hashlib
+import signal as _signal
 import subprocess as _subprocess
 import sys as _sys
+import threading as _threading
+import time as _time
 
 PASS, FAIL, TODO = "\u2714", "\u2718", "\u2026"
+CHECK_SECONDS = 20  # a whole check cell gives up after this, well inside the kernel's 30 s wall limit
 
 # Captured now, before any student code runs: code under test may replace builtins.print (an `exec` in this
 # process does exactly that), and the check must still be able to say so.
@@ -31,6 +37,49 @@ def expect(condition, message):
     """Raise Feedback(message) unless condition is true."""
     if not condition:
         raise Feedback(message)
+
+
+class _Overdue(BaseException):
+    """A check's own deadline passed.  Not an Exception, so ``except Exception`` in the code under test lets it by."""
+
+
+@_contextlib.contextmanager
+def deadline(seconds, message):
+    """Raise Feedback(message) if the block still runs after ``seconds`` (float, seconds).
+
+    A SIGALRM timer (setitimer(2), ITIMER_REAL) interrupts whatever the block waits on, and rings again every
+    second, so a ``finally:`` in the code under test that blocks again is interrupted too.  Nested deadlines
+    put the outer one back, less the time spent.  Outside the main thread (no signals there) it only runs the block.
+    """
+    if _threading.current_thread() is not _threading.main_thread():
+        yield
+        return
+
+    def ring(signum, frame):
+        raise _Overdue(message)
+
+    started = _time.monotonic()
+    previous = _signal.signal(_signal.SIGALRM, ring)
+    outer, every = _signal.setitimer(_signal.ITIMER_REAL, seconds, 1.0)
+    try:
+        yield
+    except _Overdue as late:
+        raise Feedback(_str(late.args[0])) from None
+    finally:
+        _signal.setitimer(_signal.ITIMER_REAL, 0)
+        _signal.signal(_signal.SIGALRM, previous)
+        if outer:
+            _signal.setitimer(_signal.ITIMER_REAL, max(outer - (_time.monotonic() - started), 0.01), every)
+
+
+def digest(exercise, key, value):
+    """A short SHA-256 of one answer (``repr`` of the value), so a check cell holds answers without showing them."""
+    return _hashlib.sha256(f"{exercise}|{key}|{value!r}".encode()).hexdigest()[:16]
+
+
+def wrong_keys(exercise, guesses, digests):
+    """The keys of ``guesses`` (in the order of ``digests``) whose value is not the answer ``digests`` holds."""
+    return [key for key in digests if digest(exercise, key, guesses.get(key)) != digests[key]]
 
 
 def _hint(name, error):
@@ -65,7 +114,9 @@ def check(name, test):
     saved_builtins = dict(vars(_builtins))
     saved_streams = _sys.stdout, _sys.stderr
     try:
-        done = test()
+        with deadline(CHECK_SECONDS, f"the check gave up after {CHECK_SECONDS} s, with {name} still running: "
+                      "something in it waits without a deadline"):
+            done = test()
     except NotImplementedError:
         line = f"{TODO} {name}: not done yet: replace the NotImplementedError in {name}"
     except Feedback as problem:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -181,6 +182,55 @@ def test_check_helper_turns_every_failure_into_one_friendly_line(capsys: pytest.
         "if it comes from an earlier cell, run the cells above first",
         f"{PASS} run_isolated: it works",
     ]
+
+
+def test_a_check_ends_on_its_own_deadline_with_its_own_words(capsys: pytest.CaptureFixture[str]) -> None:
+    kit = _load_lessonkit()
+
+    def forgets_the_timeout() -> None:
+        with kit.deadline(0.5, "pass timeout=seconds to subprocess.run"):
+            try:  # code under test that swallows every Exception still ends: the deadline is no Exception
+                subprocess.run([sys.executable, "-c", "import time; time.sleep(60)"])
+            except Exception:
+                pass
+
+    handler, (outer, every) = signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL)
+    kit.check("run_with_timeout", forgets_the_timeout)
+    assert capsys.readouterr().out == f"{FAIL} run_with_timeout: pass timeout=seconds to subprocess.run\n"
+    # Whatever timer ran before (pytest-timeout's, say) is back, with its handler and its interval.
+    assert signal.getsignal(signal.SIGALRM) is handler
+    left, interval = signal.getitimer(signal.ITIMER_REAL)
+    assert (left > 0) == (outer > 0) and interval == every
+
+
+def test_digests_name_the_answer_without_showing_it() -> None:
+    kit = _load_lessonkit()
+    digests = {"a": kit.digest("predict", "a", "ok"), "b": kit.digest("predict", "b", True)}
+    assert kit.wrong_keys("predict", {"a": "ok", "b": True}, digests) == []
+    assert kit.wrong_keys("predict", {"a": "error", "b": 1}, digests) == ["a", "b"]
+    assert "ok" not in repr(digests) and "True" not in repr(digests)
+
+
+@pytest.mark.parametrize("lesson", LESSON_LIST, ids=lambda lesson: lesson.filename)
+def test_no_check_cell_shows_the_answers_of_its_exercise(lesson) -> None:  # type: ignore[no-untyped-def]
+    """A "predict" exercise's answers are digests in its check cell; no check prints what the student should say."""
+    for name in lesson.exercises:
+        solved: dict[str, Any] = {}
+        exec(_cell(lesson, f"exercise-{name}").solution, solved)
+        answers = solved[name]() if name in solved and not solved[name].__code__.co_argcount else None
+        if not isinstance(answers, dict):
+            continue
+        source = _cell(lesson, f"check-{name}").student
+        for line in source.splitlines():
+            if line.startswith("ANSWERS = "):
+                assert re.fullmatch(r"ANSWERS = \{('\w+': '[0-9a-f]{16}'(, )?)+\}", line), line
+        for key, value in answers.items():
+            for quote in ("'", '"'):
+                shown = f"{quote}{key}{quote}: {value!r}".replace("'", quote) if isinstance(value, str) else None
+                assert shown is None or shown not in source, f"{lesson.filename} check-{name} shows {shown}"
+            if isinstance(value, bool):
+                assert f'"{key}": {value}' not in source and f"'{key}': {value}" not in source
+        assert "truth" not in source or "{truth" not in source, f"{lesson.filename} check-{name} prints the answer"
 
 
 def test_every_notebook_starts_with_the_lessonkit_setup_cell() -> None:
@@ -406,6 +456,8 @@ def run_hidden_tests(number: int, tmp: Path, name: str | None = None, exercise: 
             "--rootdir",
             str(tmp),
             f"--junitxml={report}",
+            # A hung test fails, as the grader's per-test deadline makes it fail.
+            *(["--timeout=60"] if importlib.util.find_spec("pytest_timeout") else []),
             str(LESSONS / "grading" / f"test_lesson{number:02d}.py"),
         ],
         cwd=tmp,
@@ -673,7 +725,7 @@ MISTAKES += [
                 proc.kill()
                 return None
         """,
-        "still running after wait_or_kill returned",
+        "zombie (state Z",
     ),
 ]
 
@@ -812,7 +864,7 @@ MISTAKES += [
         def predict_limits():
             return {"a": "ok", "b": "memory_limit", "c": "cpu_limit", "d": "cpu_limit", "e": "memory_limit", "f": "ok"}
         """,
-        "RLIMIT_CPU never stops time.sleep",
+        "does sleeping use CPU time",
     ),
 ]
 
@@ -904,7 +956,7 @@ MISTAKES += [
         "run_tree",
         "proc-kill",
         _RUN_TREE.format(on_timeout="pass", always="proc.kill(); proc.communicate()"),
-        "kill the group even when the child exited",
+        "proc.kill() signals only the direct child",
     ),
     Mistake(
         7,
@@ -963,7 +1015,7 @@ MISTAKES += [
                 proc.communicate()
             return status
         """,
-        "forgetting the pipe",
+        "the pipe filled",
     ),
 ]
 
@@ -1047,7 +1099,7 @@ MISTAKES += [
         def badge_colour(label):
             return "green" if "VERIFIED" in label else "red" if "FAILED" in label else "grey"
         """,
-        "compare labels with ==",
+        "testing with `in`",
     ),
     Mistake(
         11,
@@ -1357,6 +1409,268 @@ MISTAKES += [
     ),
 ]
 
+
+# The wrong answers of issue 26, and variants of each kind: statuses and signals, stderr, .strip(), zombies,
+# SIGTERM, full pipes, subsets and counts, prefix and case tricks, sub-second limits, rule order.
+_ISOLATED = """
+    import subprocess, sys
+    def run_isolated(code):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        return {ok}, {out}, {err}
+    """
+MISTAKES += [
+    Mistake(1, "run_isolated", "success-is-empty-stderr",
+            _ISOLATED.format(ok='r.stderr == ""', out="r.stdout", err="r.stderr"), "not an empty stderr"),
+    Mistake(1, "run_isolated", "only-status-1-fails",
+            _ISOLATED.format(ok="r.returncode != 1", out="r.stdout", err="r.stderr"), "exits with status 2"),
+    Mistake(1, "run_isolated", "a-signal-is-success",
+            _ISOLATED.format(ok="r.returncode <= 0", out="r.stdout", err="r.stderr"), "killed by a signal"),
+    Mistake(1, "run_isolated", "strips-stdout",
+            _ISOLATED.format(ok="r.returncode == 0", out="r.stdout.strip()", err="r.stderr"), "without .strip()"),
+    Mistake(1, "run_isolated", "strips-stderr",
+            _ISOLATED.format(ok="r.returncode == 0", out="r.stdout", err="r.stderr.strip()"), "without .strip()"),
+    Mistake(1, "run_isolated", "streams-swapped",
+            _ISOLATED.format(ok="r.returncode == 0", out="r.stderr", err="r.stdout"), "the wrong way round"),
+    Mistake(
+        1,
+        "predict",
+        "stderr-in-stdout",
+        """
+        SNIPPETS = {"a": "print('one'); print('two')", "b": "print('start'); 1 / 0",
+                    "c": "import sys; sys.stderr.write('careful\\\\n')", "d": "import sys; print('bye'); sys.exit(0)",
+                    "e": "import sys; sys.exit('stopped')"}
+        def predict():
+            return {"a": (True, "one\\ntwo\\n"), "b": (False, "start\\n"), "c": (True, "careful\\n"),
+                    "d": (True, "bye\\n"), "e": (False, "")}
+        """,
+        "stderr is separate",
+    ),
+    Mistake(
+        1,
+        "predict",
+        "stderr-is-failure",
+        """
+        SNIPPETS = {"a": "print('one'); print('two')", "b": "print('start'); 1 / 0",
+                    "c": "import sys; sys.stderr.write('careful\\\\n')", "d": "import sys; print('bye'); sys.exit(0)",
+                    "e": "import sys; sys.exit('stopped')"}
+        def predict():
+            return {"a": (True, "one\\ntwo\\n"), "b": (False, "start\\n"), "c": (False, ""),
+                    "d": (True, "bye\\n"), "e": (False, "")}
+        """,
+        "writing to stderr changes nothing",
+    ),
+]
+_TIMEOUT = """
+    import subprocess, sys
+    def run_with_timeout(code, seconds):
+        try:
+            result = subprocess.run([sys.executable, "-c", code], capture_output=True, {timeout})
+        except subprocess.TimeoutExpired:
+            return "timed_out"
+        return {status}
+    """
+_WAIT = """
+    import subprocess
+    def wait_or_kill(proc, seconds):
+        try:
+            return proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            {stop}
+            return None
+    """
+MISTAKES += [
+    Mistake(3, "run_with_timeout", "no-timeout-at-all",
+            _TIMEOUT.format(timeout="", status='"ok" if result.returncode == 0 else "error"'),
+            "pass timeout=seconds"),
+    Mistake(3, "run_with_timeout", "only-status-1-is-error",
+            _TIMEOUT.format(timeout="timeout=seconds", status='"error" if result.returncode == 1 else "ok"'),
+            "exits with 2"),
+    Mistake(3, "run_with_timeout", "a-signal-is-ok",
+            _TIMEOUT.format(timeout="timeout=seconds", status='"error" if result.returncode > 0 else "ok"'),
+            "killed by a signal"),
+    Mistake(3, "wait_or_kill", "terminate-not-kill", _WAIT.format(stop="proc.terminate(); proc.wait()"),
+            "proc.terminate() sends SIGTERM"),
+    Mistake(3, "wait_or_kill", "returns-true-for-success",
+            """
+            import subprocess
+            def wait_or_kill(proc, seconds):
+                try:
+                    return proc.wait(timeout=seconds) == 0
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                    return None
+            """, "return proc.wait()'s value"),
+]
+_LIMITED = """
+    import resource, signal, subprocess, sys
+    def run_limited(code, memory, cpu):
+        def limit():
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+            {cpu}
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, preexec_fn=limit)
+        {memory_test}
+            return "memory_limit"
+        if {cpu_test}:
+            return "cpu_limit"
+        return "ok" if result.returncode == 0 else "error"
+    """
+_CPU = "resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))"
+_LAST = "if result.stderr.rstrip().rsplit(chr(10), 1)[-1].startswith('MemoryError'):"
+_KILLED = "result.returncode in (-signal.SIGXCPU, -signal.SIGKILL)"
+MISTAKES += [
+    Mistake(5, "run_limited", "sigxcpu-only", _LIMITED.format(cpu=_CPU, memory_test=_LAST,
+            cpu_test="result.returncode == -signal.SIGXCPU"), "ignores SIGXCPU"),
+    Mistake(5, "run_limited", "any-signal-is-cpu", _LIMITED.format(cpu=_CPU, memory_test=_LAST,
+            cpu_test="result.returncode < 0"), "died of SIGSEGV"),
+    Mistake(5, "run_limited", "no-cpu-limit", _LIMITED.format(cpu="pass", memory_test=_LAST, cpu_test=_KILLED),
+            "no CPU limit at all"),
+    Mistake(5, "run_limited", "memory-error-anywhere", _LIMITED.format(cpu=_CPU,
+            memory_test="if 'MemoryError' in result.stderr:", cpu_test=_KILLED), "merely mentions MemoryError"),
+    Mistake(
+        5,
+        "run_limited",
+        "setrlimit-here-then-run",
+        """
+        import resource, signal, subprocess, sys
+        def run_limited(code, memory, cpu):
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu + 60, cpu + 61))
+            result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+            return "ok" if result.returncode == 0 else "error"
+        """,
+        "changed this notebook's own limits",
+    ),
+]
+MISTAKES += [
+    Mistake(7, "run_tree", "wait-instead-of-communicate",
+            """
+            import os, signal, subprocess, sys
+            def run_tree(code, wall):
+                proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        start_new_session=True)
+                try:
+                    proc.wait(timeout=wall)
+                    status = "ok" if proc.returncode == 0 else "error"
+                except subprocess.TimeoutExpired:
+                    status = "timed_out"
+                finally:
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    proc.communicate()
+                return status
+            """, "the pipe filled"),
+]
+_VERDICT = """
+    def verdict(exit_code, expected, results, timed_out=False):
+        if timed_out:
+            return "timed_out"
+        if {never_ran} or results is None or {names}:
+            return "unverified"
+        outcomes = set(results.values())
+        if outcomes == {{"passed"}}:
+            return "verified" if exit_code == 0 else "unverified"
+        if exit_code == 0 and {contradicts}:
+            return "unverified"
+        return "failed"
+    """
+_RIGHT = {"never_ran": "exit_code not in (0, 1)", "names": "set(results) != set(expected)",
+          "contradicts": 'outcomes & {"failed", "error"}'}
+MISTAKES += [
+    Mistake(11, "verdict", "subset-of-the-evidence",
+            _VERDICT.format(**{**_RIGHT, "names": "not set(expected) <= set(results)"}), "not a subset test"),
+    Mistake(11, "verdict", "counts-the-evidence",
+            _VERDICT.format(**{**_RIGHT, "names": "len(results) != len(expected)"}), "compare the names"),
+    Mistake(11, "verdict", "error-with-exit-0-overlooked",
+            _VERDICT.format(**{**_RIGHT, "contradicts": '"failed" in outcomes'}), "look for both"),
+    Mistake(11, "verdict", "only-2-and-5-never-ran",
+            _VERDICT.format(**{**_RIGHT, "never_ran": "exit_code in (2, 5)"}), "exit 3 (an internal error)"),
+    Mistake(11, "verdict", "a-signal-is-failed",
+            _VERDICT.format(**{**_RIGHT, "never_ran": "exit_code in (2, 3, 4, 5)"}), "killed by a signal"),
+    Mistake(
+        11,
+        "verdict",
+        "timed-out-after-exit-code",
+        """
+        def verdict(exit_code, expected, results, timed_out=False):
+            if exit_code not in (0, 1) or results is None or set(results) != set(expected):
+                return "unverified"
+            if timed_out:
+                return "timed_out"
+            outcomes = set(results.values())
+            if outcomes == {"passed"}:
+                return "verified" if exit_code == 0 else "unverified"
+            if exit_code == 0 and outcomes & {"failed", "error"}:
+                return "unverified"
+            return "failed"
+        """,
+        "rule comes first",
+    ),
+    Mistake(
+        11,
+        "verdict",
+        "failed-before-incomplete",
+        """
+        def verdict(exit_code, expected, results, timed_out=False):
+            if timed_out:
+                return "timed_out"
+            if exit_code == 1 and results and "failed" in results.values():
+                return "failed"
+            if exit_code not in (0, 1) or results is None or set(results) != set(expected):
+                return "unverified"
+            outcomes = set(results.values())
+            if outcomes == {"passed"}:
+                return "verified" if exit_code == 0 else "unverified"
+            if exit_code == 0 and outcomes & {"failed", "error"}:
+                return "unverified"
+            return "failed"
+        """,
+        "rule order",
+    ),
+]
+_BADGE = """
+    def badge_colour(label):
+        {body}
+    """
+MISTAKES += [
+    Mistake(11, "badge_colour", "startswith", _BADGE.format(
+        body='return next((c for l, c in [("TESTS VERIFIED", "green"), ("TESTS FAILED", "red"), '
+             '("TESTS TIMED OUT", "orange")] if label.startswith(l)), "grey")'), "how the label starts"),
+    Mistake(11, "badge_colour", "endswith", _BADGE.format(
+        body='return next((c for l, c in [("TESTS VERIFIED", "green"), ("TESTS FAILED", "red"), '
+             '("TESTS TIMED OUT", "orange")] if label.endswith(l)), "grey")'), "how the label ends"),
+    Mistake(11, "badge_colour", "strip-upper-lookup", _BADGE.format(
+        body='return {"TESTS VERIFIED": "green", "TESTS FAILED": "red", "TESTS TIMED OUT": "orange"}'
+             '.get(label.strip().upper(), "grey")'), "changing the case"),
+    Mistake(11, "badge_colour", "strip-lookup", _BADGE.format(
+        body='return {"TESTS VERIFIED": "green", "TESTS FAILED": "red", "TESTS TIMED OUT": "orange"}'
+             '.get(label.strip(), "grey")'), "stripping spaces"),
+    Mistake(11, "badge_colour", "words-lookup", _BADGE.format(
+        body='return {"TESTS VERIFIED": "green", "TESTS FAILED": "red", "TESTS TIMED OUT": "orange"}'
+             '.get(" ".join(label.split()), "grey")'), "splitting the label into words"),
+]
+_LINE = """
+    def limits_line(outcome):
+        limits, status = outcome["limits"], outcome["status"]
+        if status == "timed_out":
+            return f"%%limits wall={{{wall}}}"
+        if status == "cpu_limit":
+            return f"%%limits cpu={{{cpu}}}"
+        if status == "memory_limit":
+            return f"%%limits memory={{limits['memory'] * 2 // (1024 * 1024)}}M"
+        if status == "output_limit":
+            return f"%%limits output={{limits['output'] * 2 // 1024}}K"
+        return None
+    """
+MISTAKES += [
+    Mistake(13, "limits_line", "int", _LINE.format(wall="int(limits['wall_time'] * 2)",
+            cpu="int(limits['cpu_time'] * 2)"), "drop the fraction"),
+    Mistake(13, "limits_line", "round", _LINE.format(wall="round(limits['wall_time'] * 2)",
+            cpu="round(limits['cpu_time'] * 2)"), "drop the fraction"),
+    Mistake(13, "limits_line", "int-before-doubling", _LINE.format(wall="int(limits['wall_time']) * 2",
+            cpu="int(limits['cpu_time']) * 2"), "drop the fraction"),
+]
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mistake", MISTAKES, ids=str)

@@ -30,6 +30,28 @@ def test_run_isolated_reports_failure_and_stderr(nb):
     assert err.strip() == "nope"
 
 
+def test_run_isolated_any_nonzero_status_is_failure_even_with_stderr_empty(nb):
+    # SystemExit, not os._exit: code run in this process (exec) then fails the test instead of ending pytest.
+    for status in (1, 2, 3, 4, 5):
+        assert nb.run_isolated(f"raise SystemExit({status})") == (False, "", ""), f"exit status {status}"
+
+
+def test_run_isolated_a_signal_is_failure(nb):
+    _, out, _ = nb.run_isolated("import os; print(os.getpid())")
+    assert out.strip() != str(os.getpid()), "the code ran in this process: the signal below would end it"
+    ok, _, _ = nb.run_isolated("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    assert ok is False
+
+
+def test_run_isolated_a_warning_on_stderr_is_no_failure(nb):
+    assert nb.run_isolated("import sys; sys.stderr.write('careful\\n')") == (True, "", "careful\n")
+
+
+def test_run_isolated_returns_the_output_untouched(nb):
+    code = "import sys; print('  out  '); sys.stderr.write('  err  \\n\\n')"
+    assert nb.run_isolated(code) == (True, "  out  \n", "  err  \n\n")
+
+
 def test_run_isolated_keeps_changes_in_the_child(nb):
     # A harmless change: code run in this process (exec) would show it here, without breaking pytest.
     import builtins

@@ -30,6 +30,12 @@ def test_run_with_timeout_error(nb):
     assert nb.run_with_timeout("raise ValueError('bad')", 10) == "error"
 
 
+def test_run_with_timeout_any_nonzero_status_or_a_signal_is_error(nb):
+    for status in (1, 2, 3, 4, 5):
+        assert nb.run_with_timeout(f"import os; os._exit({status})", 10) == "error", f"exit status {status}"
+    assert nb.run_with_timeout("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", 10) == "error"
+
+
 def test_run_with_timeout_times_out_without_raising(nb):
     started = time.monotonic()
     assert nb.run_with_timeout("while True: pass", 0.5) == "timed_out"
@@ -85,17 +91,23 @@ def _child(code):
 
 
 def test_wait_or_kill_returns_the_return_code(nb):
-    proc = _child("raise SystemExit(7)")
-    assert nb.wait_or_kill(proc, 20) == 7
+    for status in (0, 1, 7):
+        proc = _child(f"raise SystemExit({status})")
+        assert nb.wait_or_kill(proc, 20) == status
 
 
 def test_wait_or_kill_kills_and_collects_at_the_deadline(nb):
-    proc = _child("import time; time.sleep(60)")
+    # It ignores SIGTERM: proc.terminate() does not end it, proc.kill() does.
+    proc = _child("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(20)")
+    time.sleep(0.5)
     started = time.monotonic()
     try:
         assert nb.wait_or_kill(proc, 0.5) is None
         assert time.monotonic() - started < 10
-        assert proc.returncode is not None, "the child was not killed and collected"
+        pid = proc.pid
+        stat = submission_module("pathlib").Path(f"/proc/{pid}/stat")
+        assert not stat.exists(), "the child was killed but not collected (a zombie): call proc.wait() after kill"
+        assert proc.returncode == -9, "the child was not killed and collected"
     finally:
         if proc.poll() is None:
             proc.kill()

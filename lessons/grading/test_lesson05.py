@@ -1,9 +1,10 @@
 """Hidden tests for lesson 5 (run_limited, predict_limits), run by ``cellbox grade`` against 05-resource-limits.ipynb."""
 
 import importlib
-import resource
 
 import pytest
+
+from cellbox.grading.bridge import submission_module
 
 NOTEBOOK, MODULE = "05-resource-limits.ipynb", "nb_05_resource_limits"
 MB = 1024 * 1024
@@ -22,6 +23,8 @@ def nb():
 
 
 def _limits():
+    # The notebook's own limits, as its process has them (under cellbox grade it is not this process).
+    resource = submission_module("resource")
     return resource.getrlimit(resource.RLIMIT_AS), resource.getrlimit(resource.RLIMIT_CPU)
 
 
@@ -59,6 +62,20 @@ def test_run_limited_memory(nb):
 
 def test_run_limited_cpu(nb):
     assert _run(nb, "while True: pass", 256 * MB, 1) == "cpu_limit"
+
+
+def test_run_limited_cpu_when_the_child_ignores_sigxcpu(nb):
+    deaf = "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True: pass"
+    assert _run(nb, deaf, 256 * MB, 1) == "cpu_limit"
+
+
+def test_run_limited_other_signals_and_statuses_are_errors(nb):
+    for name in ("SIGSEGV", "SIGTERM"):
+        code = f"import os, resource, signal; resource.setrlimit(resource.RLIMIT_CORE, (0, 0)); os.kill(os.getpid(), signal.{name})"
+        assert _run(nb, code, 256 * MB, 5) == "error", name
+    for status in (1, 3):
+        assert _run(nb, f"import os; os._exit({status})", 256 * MB, 5) == "error", status
+    assert _run(nb, "import sys; sys.exit('no MemoryError here')", 256 * MB, 5) == "error"
 
 
 def test_predict_limits(nb):

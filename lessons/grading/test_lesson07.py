@@ -59,7 +59,15 @@ def _wait_for(path):
 
 def test_run_tree_ok_and_error(nb):
     assert nb.run_tree("print('x')", 10) == "ok"
-    assert nb.run_tree("raise SystemExit(3)", 10) == "error"
+    for status in (1, 3, 4):
+        assert nb.run_tree(f"raise SystemExit({status})", 10) == "error", f"exit status {status}"
+    assert nb.run_tree("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", 10) == "error"
+
+
+def test_run_tree_reads_a_full_pipe(nb):
+    # 200 KB on each stream fills a pipe (64 KB): a parent that waits without reading blocks the child.
+    loud = "import sys; sys.stdout.write('x' * 200_000); sys.stderr.write('y' * 200_000)"
+    assert nb.run_tree(loud, 5) == "ok"
 
 
 def test_run_tree_kills_a_daemon_left_behind(nb):

@@ -43,6 +43,8 @@ def test_limits_line_doubles_the_limit(nb):
     assert nb.limits_line(_outcome("timed_out", wall_time=2.5)) == "%%limits wall=5"
     assert nb.limits_line(_outcome("timed_out", wall_time=0.75)) == "%%limits wall=1.5"
     assert nb.limits_line(_outcome("cpu_limit", cpu_time=3.0)) == "%%limits cpu=6"
+    assert nb.limits_line(_outcome("cpu_limit", cpu_time=0.2)) == "%%limits cpu=0.4"
+    assert nb.limits_line(_outcome("timed_out", wall_time=0.25)) == "%%limits wall=0.5"
     assert nb.limits_line(_outcome("memory_limit", memory=128 * 1024**2)) == "%%limits memory=256M"
     assert nb.limits_line(_outcome("output_limit", output=100 * 1024)) == "%%limits output=200K"
 

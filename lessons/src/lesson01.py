@@ -151,18 +151,38 @@ def test():
     expect(ok is True, f"run_isolated returned {ok!r} for code that succeeds: did you compare returncode with 0?")
     expect(out is not None, "stdout came back as None: pass capture_output=True to subprocess.run")
     expect(not isinstance(out, bytes), f"stdout came back as bytes ({out!r}): pass text=True to get str")
-    expect(out == "42\\n", f"stdout should be '42\\\\n' but was {out!r}: return the child's stdout second")
-    ok, out, err = run_isolated("raise SystemExit('bye')")
-    expect(ok is False, "run_isolated said a child that exits with status 1 succeeded: only returncode 0 is success")
-    expect("bye" in err, "the child's error message should be in stderr: capture it and return it third")
+    expect(not (out == "" and err == "42\\n"), "stdout and stderr came back the wrong way round: "
+           "return stdout second and stderr third")
+    expect(out != "", "stdout came back empty for print(6 * 7): return the child's stdout second")
     ok, out, err = run_isolated("print('it' + \\"'s\\", \\"$HOME\\")")
     expect(ok is True and out == "it's $HOME\\n", f"code with quotes and a $ in it gave {(ok, out, err)!r}: "
            "a shell command string (shell=True) mangles them; pass the list [sys.executable, '-c', code]")
     ok, out, _ = run_isolated("import os; print(os.getpid())")
-    expect(out.strip() != str(os.getpid()), "the code ran in this very process: start a new one with subprocess.run, not exec")
+    expect(out.strip() != str(os.getpid()), "the code ran in this very process: run it in a child process (subprocess.run), not with exec")
     ok, _, _ = run_isolated("import builtins; builtins.print = None")
     expect(print is not None and ok, "the child's changes should stay in the child: use a new process, not exec")
-    return "runs code in a new process and reports success from the return code"
+    ok, out, err = run_isolated("import sys; print('  spaced  '); sys.stderr.write('  note  \\\\n')")
+    expect(out == "  spaced  \\n" or out.strip() != "spaced", "stdout came back as "
+           f"{out!r} for a child that printed '  spaced  ': return result.stdout as it is, without .strip()")
+    expect(out != "  note  \\n", "stdout and stderr came back the wrong way round: "
+           "return stdout second and stderr third")
+    expect(err == "  note  \\n" or err.strip() != "note", "stderr came back as "
+           f"{err!r} for a child that wrote '  note  ': return result.stderr as it is, without .strip()")
+    expect(out == "  spaced  \\n", f"stdout should be '  spaced  \\\\n' but was {out!r}: return the child's stdout second")
+    expect(err == "  note  \\n", f"stderr should be '  note  \\\\n' but was {err!r}: return the child's stderr third")
+    expect(ok is True, "a child that exits with 0 but writes to stderr came back as failed: success is "
+           "returncode == 0, not an empty stderr (a warning on stderr is no failure)")
+    for status in (1, 2, 3, 4, 5):
+        ok, out, err = run_isolated(f"import os; os._exit({status})")
+        expect(ok is False, f"a child that exits with status {status} and writes nothing to stderr came back as "
+               "success: only returncode 0 is success, whatever stderr holds")
+    ok, out, err = run_isolated("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    expect(ok is False, "a child killed by a signal (returncode -9) came back as success: a negative returncode "
+           "is a failure too; compare returncode with 0")
+    ok, out, err = run_isolated("raise SystemExit('bye')")
+    expect(ok is False, "run_isolated said a child that exits with status 1 succeeded: only returncode 0 is success")
+    expect("bye" in err, "the child's error message should be in stderr: capture it and return it third")
+    return "runs code in a new process and reports success from the return code alone"
 check("run_isolated", test)
 """)
 
@@ -203,11 +223,19 @@ def test():
     guesses = predict()
     expect(isinstance(guesses, dict) and set(guesses) == set(SNIPPETS), "predict() should return a dict with one entry per snippet: a to e")
     for key, code in SNIPPETS.items():
-        child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-        truth = (child.returncode == 0, child.stdout)
         guess = guesses[key]
-        expect(guess == truth, f"snippet {key} ({code}) really gives {truth!r}, you predicted {guess!r}: "
-               "output printed before a failure stays in stdout, stderr is separate, and only exit status 0 is success")
+        expect(isinstance(guess, tuple) and len(guess) == 2, f"snippet {key}: predict a pair (succeeded, stdout), not {guess!r}")
+        child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        if guess[0] != (child.returncode == 0):
+            raise Feedback(f"snippet {key} ({code}): your guess of whether it succeeded is wrong: only exit status 0 is "
+                           "success; an uncaught exception exits with 1, sys.exit(0) with 0, sys.exit('a message') with 1, "
+                           "and writing to stderr changes nothing")
+        if guess[1] != child.stdout:
+            if len(guess[1]) < len(child.stdout):
+                why = "output printed before a failure stays in stdout (before an exit too), and print ends each line with '\\\\n'"
+            else:
+                why = "stderr is separate: what goes to sys.stderr, a traceback and a message given to sys.exit are not in stdout"
+            raise Feedback(f"snippet {key} ({code}): your stdout is not what the child prints there: {why}")
     return "you can read a child's result before running it"
 check("predict", test)
 """)
@@ -218,6 +246,9 @@ md("""
 * **Testing `if result.returncode:` the wrong way round.** `0` is success and is falsy; compare with `== 0`.
 * **Forgetting `capture_output=True`.** Then `stdout` is `None` and the child's output goes straight to the screen.
 * **Forgetting `text=True`.** You get `bytes` (`b'42\\n'`), which never equals a `str`.
+* **Judging success by stderr** (`r.stderr == ""`). A warning on stderr is no failure, and `os._exit(3)` fails
+  without a word; only `returncode == 0` is success (a signal gives a negative `returncode`, a failure too).
+* **Tidying the output with `.strip()`.** Return what the child printed, spaces and newlines included.
 * **Building a shell command string** (`shell=True`, `f"python -c '{code}'"`): quotes in the code break it, and
   the shell becomes a second interpreter of untrusted text. Pass a list of arguments.
 

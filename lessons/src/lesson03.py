@@ -77,33 +77,40 @@ def run_with_timeout(code, seconds):
 """)
 
 check("run_with_timeout", """
-import os, tempfile, time
+import os, signal, tempfile, time
 
-def gone(pid):
-    \"\"\"True when process `pid` has ended (a zombie waiting to be collected counts as ended).\"\"\"
+def state(pid):
+    \"\"\"The state letter of process `pid` (R, S, Z for a zombie...), or None once it is gone.\"\"\"
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+            return f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
-        return True
+        return None
 
 def test():
     expect(run_with_timeout("print('hi')", 5) == "ok", "a child that exits with 0 should give 'ok'")
-    got = run_with_timeout("import sys; sys.exit(3)", 5)
-    expect(got == "error", f"a child that exits with 3 gave {got!r}: any non-zero return code is 'error'")
+    for status in (1, 2, 3, 4, 5):
+        got = run_with_timeout(f"import os; os._exit({status})", 5)
+        expect(got == "error", f"a child that exits with {status} gave {got!r}: any non-zero return code is 'error'")
+    got = run_with_timeout("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", 5)
+    expect(got == "error", f"a child killed by a signal (returncode -9) gave {got!r}: a negative return code is "
+           "non-zero too, 'error'; compare returncode with 0")
     pid_file = os.path.join(tempfile.mkdtemp(prefix="lesson03-"), "pid")
-    sleeper = f"import os, time; open({pid_file!r}, 'w').write(str(os.getpid())); time.sleep(30)"
-    started = time.monotonic()
-    got = run_with_timeout(sleeper, 1)
-    took = time.monotonic() - started
+    # The sleeper sleeps well past this check's own deadline (4 s), which ends long before the kernel's (30 s).
+    sleeper = f"import os, time; open({pid_file!r}, 'w').write(str(os.getpid())); time.sleep(20)"
+    try:
+        with deadline(4, "run_with_timeout was still waiting 3 s after a 1 s deadline: pass timeout=seconds to "
+                      "subprocess.run (or to wait), so the call ends at the deadline"):
+            got = run_with_timeout(sleeper, 1)
+    finally:
+        pid = int(open(pid_file).read()) if os.path.exists(pid_file) and open(pid_file).read() else None
+        left = state(pid) if pid else None
+        if left not in (None, "Z"):
+            os.kill(pid, signal.SIGKILL)
     expect(got == "timed_out", f"a child that sleeps past the deadline gave {got!r}, not 'timed_out'")
-    expect(took < 6, f"run_with_timeout took {took:.1f} s for a 1 s deadline: pass timeout=seconds to subprocess.run")
-    if os.path.exists(pid_file) and open(pid_file).read():
-        pid = int(open(pid_file).read())
-        if not gone(pid):
-            os.kill(pid, 9)
-            raise Feedback("the child was still running after run_with_timeout returned: Popen.wait(timeout=...) "
-                           "raises without killing it; kill it, or let subprocess.run(timeout=...) do that")
+    if left not in (None, "Z"):
+        raise Feedback("the child was still running after run_with_timeout returned: Popen.wait(timeout=...) "
+                       "raises without killing it; kill it, or let subprocess.run(timeout=...) do that")
     real = sys.executable
     sys.executable = "/nonexistent/python3"
     try:
@@ -144,23 +151,48 @@ def wait_or_kill(proc, seconds):
 """)
 
 check("wait_or_kill", """
-import subprocess, sys, time
+import os, signal, subprocess, sys, time
+
+def state(pid):
+    \"\"\"The state letter of process `pid` (R, S, Z for a zombie...), or None once it is gone.\"\"\"
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
 
 def test():
-    quick = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(5)"])
-    got = wait_or_kill(quick, 10)
-    expect(got == 5, f"a child that exits with 5 gave {got!r}: return proc.wait()'s value")
-    slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    started = time.monotonic()
-    got = wait_or_kill(slow, 0.5)
-    expect(time.monotonic() - started < 6, "wait_or_kill waited much longer than 0.5 s: pass timeout=seconds to wait")
+    for status in (0, 1, 3, 5):
+        quick = subprocess.Popen([sys.executable, "-c", f"import os; os._exit({status})"])
+        with deadline(10, "wait_or_kill did not return for a child that ends at once: return proc.wait(timeout=seconds)"):
+            got = wait_or_kill(quick, 10)
+        expect(got == status, f"a child that exits with {status} gave {got!r}: return proc.wait()'s value")
+    # This child ignores SIGTERM, as a program that cleans up badly may: only SIGKILL (proc.kill()) ends it for sure.
+    slow = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                             "print(flush=True); time.sleep(20)"], stdout=subprocess.PIPE)
+    slow.stdout.readline()  # it has set its handler
+    try:
+        with deadline(4, "wait_or_kill was still waiting 3 s after a 0.5 s deadline: pass timeout=seconds to wait, "
+                      "and end the child with proc.kill() (SIGKILL: proc.terminate() sends SIGTERM, which a child can ignore)"):
+            got = wait_or_kill(slow, 0.5)
+        for _ in range(50):  # a killed child takes a moment to die; read without collecting it
+            left = state(slow.pid)
+            if left in (None, "Z"):
+                break
+            time.sleep(0.02)
+    finally:
+        if slow.returncode is None:
+            slow.kill()
+            slow.wait()
+        slow.stdout.close()
     expect(got is None, f"a child past its deadline gave {got!r}, expected None")
-    if slow.poll() is None:
-        slow.kill()
-        slow.wait()
+    if left == "Z":
+        raise Feedback("the child was killed but never collected: it stays a zombie (state Z in /proc) until the "
+                       "parent waits for it; call proc.wait() after proc.kill()")
+    if left is not None:
         raise Feedback("the child was still running after wait_or_kill returned: kill it when wait times out")
     expect(slow.returncode == -9, f"the child ended with {slow.returncode}, expected -9 (SIGKILL): use proc.kill()")
-    return "a deadline that really ends the child"
+    return "a deadline that really ends the child, and collects it"
 check("wait_or_kill", test)
 """)
 
@@ -172,6 +204,9 @@ md("""
 * **Reporting a timeout as `"error"`.** The student deserves to know their code was too slow, not that it was wrong.
 * **Using `Popen(...).wait(timeout=...)` and forgetting to kill.** `wait` raises on timeout but leaves the child
   running; `run` kills it for you.
+* **Killing without collecting.** After `proc.kill()` the child is dead but stays in the process table as a
+  zombie (state `Z`) until its parent waits for it: call `proc.wait()` again.
+* **`proc.terminate()` instead of `proc.kill()`.** SIGTERM asks; a child may ignore it. SIGKILL cannot be ignored.
 
 ## Try this next
 

@@ -200,7 +200,7 @@ def run_limited(code, memory, cpu):
 """)
 
 check("run_limited", """
-import resource
+import os, resource, tempfile
 
 MB = 1024 * 1024
 
@@ -208,20 +208,63 @@ def limits_here():
     return resource.getrlimit(resource.RLIMIT_AS), resource.getrlimit(resource.RLIMIT_CPU)
 
 def test():
+    # While the check runs, a setrlimit called in this notebook's own process is noted and not applied (so a
+    # mistake never limits the cells after it); in the child (preexec_fn runs there) it works as usual.
+    real, here, called_here = resource.setrlimit, os.getpid(), []
+    def guarded(which, limits):
+        if os.getpid() == here:
+            called_here.append(which)
+            return None
+        return real(which, limits)
+    resource.setrlimit = guarded
+    try:
+        return probe(called_here)
+    finally:
+        resource.setrlimit = real
+
+def probe(called_here):
     before = limits_here()
     got = run_limited("print('fine')", 200 * MB, 2)
-    if limits_here() != before:
-        raise Feedback(f"run_limited changed this notebook's own limits (RLIMIT_AS, RLIMIT_CPU now {limits_here()}): "
-                       "call setrlimit in the child through preexec_fn, then restart the kernel")
+    if called_here or limits_here() != before:
+        raise Feedback("run_limited called setrlimit in this notebook's own process, which would have changed this "
+                       "notebook's own limits (and every later cell's): call it in the child through preexec_fn")
     expect(got == "ok", f"a small, quick child gave {got!r}, expected 'ok'")
-    hard = "import resource, sys; soft, hard = resource.getrlimit(resource.RLIMIT_CPU); sys.exit(0 if hard == soft + 1 else 3)"
-    got = run_limited(hard, 200 * MB, 2)
-    expect(got == "ok", "the hard CPU limit should be one second above the soft one, (cpu, cpu + 1): "
+    seen = os.path.join(tempfile.mkdtemp(prefix="lesson05-"), "limits")
+    reader = ("import resource; print(resource.getrlimit(resource.RLIMIT_AS), resource.getrlimit(resource.RLIMIT_CPU), "
+              f"file=open({seen!r}, 'w'))")
+    got = run_limited(reader, 200 * MB, 2)
+    said = open(seen).read().strip() if os.path.exists(seen) else ""
+    unlimited = str((resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    expect(said != "", f"a child that reads its own limits gave {got!r} and never ran: is the preexec_fn failing?")
+    expect(said.split(") (")[0] + ")" == str((200 * MB, 200 * MB)),
+           f"the child's RLIMIT_AS was {said.split(') (')[0]}), expected (200 MB, 200 MB) in bytes: "
+           "setrlimit(resource.RLIMIT_AS, (memory, memory)) in the child")
+    cpu = said.split(") (")[1].rstrip(")")
+    expect("(" + cpu + ")" != unlimited, "the child had no CPU limit at all (RLIMIT_CPU unlimited): set "
+           "setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1)) in the child too")
+    expect("(" + cpu + ")" != str((2, 2)), "the hard CPU limit should be one second above the soft one, (cpu, cpu + 1): "
            "with soft and hard equal the child gets SIGKILL with no SIGXCPU warning")
+    expect("(" + cpu + ")" == str((2, 3)), f"the child's RLIMIT_CPU was ({cpu}) for cpu=2, expected (2, 3): "
+           "soft = cpu seconds, hard one second above")
     got = run_limited("x = bytearray(400 * 1024 * 1024)", 200 * MB, 2)
     expect(got == "memory_limit", f"allocating 400 MB under a 200 MB limit gave {got!r}: is RLIMIT_AS set in the child?")
     got = run_limited("while True: pass", 200 * MB, 1)
     expect(got == "cpu_limit", f"a spinning loop under a 1 s CPU limit gave {got!r}: did you check for -signal.SIGXCPU?")
+    deaf = "import signal\\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\\nwhile True: pass"
+    got = run_limited(deaf, 200 * MB, 1)
+    expect(got == "cpu_limit", f"a spinning child that ignores SIGXCPU gave {got!r}: it is killed with SIGKILL at the "
+           "hard limit, so count -signal.SIGKILL as cpu_limit too")
+    for name in ("SIGSEGV", "SIGTERM", "SIGABRT"):
+        got = run_limited("import os, resource, signal; resource.setrlimit(resource.RLIMIT_CORE, (0, 0)); "
+                          f"os.kill(os.getpid(), signal.{name})", 200 * MB, 2)
+        expect(got == "error", f"a child that died of {name} gave {got!r}: only SIGXCPU and SIGKILL mean the CPU "
+               "limit, so compare the return code with those two, not with `< 0`; any other end is 'error'")
+    for status in (1, 2, 3):
+        got = run_limited(f"import os; os._exit({status})", 200 * MB, 2)
+        expect(got == "error", f"a child that exits with {status} gave {got!r}, expected 'error'")
+    got = run_limited("import sys; sys.exit('no MemoryError here')", 200 * MB, 2)
+    expect(got == "error", f"a child whose error message merely mentions MemoryError gave {got!r}: look at how "
+           "the last line of stderr starts (the exception that ended the child), not whether it says MemoryError")
     got = run_limited("1 / 0", 200 * MB, 2)
     expect(got == "error", f"a ZeroDivisionError gave {got!r}, expected 'error'")
     return "memory and CPU capped by the kernel, and each limit named"
@@ -259,21 +302,21 @@ def predict_limits():
     ### END SOLUTION
 """)
 
-check("predict_limits", """
-ANSWERS = {"a": "ok", "b": "memory_limit", "c": "ok", "d": "cpu_limit", "e": "memory_limit", "f": "ok"}
-WHY = {"a": "100 MB plus the interpreter fits in 200 MB",
-       "b": "RLIMIT_AS counts the interpreter's own address space too, so 195 MB more does not fit in 200 MB",
-       "c": "sleeping uses no CPU, so RLIMIT_CPU never stops time.sleep (the wall clock does, lesson 6)",
-       "d": "a loop that never ends spins into the CPU limit",
-       "e": "a list of 10**9 references needs 8 GB",
-       "f": "0.3 s of CPU is under the 1 s limit"}
+check("predict_limits", f"""
+ANSWERS = {hashed("predict_limits", {"a": "ok", "b": "memory_limit", "c": "ok", "d": "cpu_limit", "e": "memory_limit", "f": "ok"})}
+WHY = {{"a": "how much address space do 100 MB and the interpreter need together?",
+       "b": "RLIMIT_AS counts the interpreter's own address space too, not only the bytearray",
+       "c": "does sleeping use CPU time? RLIMIT_CPU counts only CPU seconds (the wall clock is lesson 6)",
+       "d": "when does a loop that never ends stop using CPU?",
+       "e": "how many bytes does a list of 10**9 references need (8 bytes each)?",
+       "f": "how much CPU does 0.3 s of spinning use, against a 1 s limit?"}}
 
 def test():
     guesses = predict_limits()
     expect(isinstance(guesses, dict) and set(guesses) == set(PROGRAMS),
            "predict_limits() should return a dict with one entry per program: a to f")
-    for key, wanted in ANSWERS.items():
-        expect(guesses[key] == wanted, f"program {key} gives {wanted!r}, you predicted {guesses[key]!r}: {WHY[key]}")
+    for key in wrong_keys("predict_limits", guesses, ANSWERS):
+        raise Feedback(f"program {{key}}: {{guesses[key]!r}} is not what run_limited returns: {{WHY[key]}}")
     return "you know which limit a program meets before it runs"
 check("predict_limits", test)
 """)

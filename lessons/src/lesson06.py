@@ -168,18 +168,18 @@ def which_clock():
     ### END SOLUTION
 """)
 
-check("which_clock", """
-ANSWERS = {"a": "cpu_limit", "b": "timed_out", "c": "timed_out", "d": "ok"}
-WHY = {"a": "a spinning loop reaches the 1 s CPU limit long before the 30 s wall deadline",
-       "b": "a wall deadline shorter than the CPU limit stops the spinner first, so it is reported as timed_out",
-       "c": "sleeping uses no CPU, so only the wall deadline stops it",
-       "d": "RLIMIT_CPU is per process, not per family: each child uses 0.8 s, under its own 1 s"}
+check("which_clock", f"""
+ANSWERS = {hashed('which_clock', {"a": "cpu_limit", "b": "timed_out", "c": "timed_out", "d": "ok"})}
+WHY = {{"a": "which comes first for a spinning loop: the 1 s CPU limit or the 30 s wall deadline?",
+       "b": "a wall deadline shorter than the CPU limit: which clock reaches its limit first?",
+       "c": "does sleeping use CPU? which clock can stop it?",
+       "d": "RLIMIT_CPU is per process, not per family: how much CPU does each child use, against its own 1 s?"}}
 
 def test():
     guesses = which_clock()
     expect(isinstance(guesses, dict) and set(guesses) == set(CASES), "which_clock() should return a dict with one entry per case: a to d")
-    for key, wanted in ANSWERS.items():
-        expect(guesses[key] == wanted, f"case {key} gives {wanted!r}, you predicted {guesses[key]!r}: {WHY[key]}")
+    for key in wrong_keys("which_clock", guesses, ANSWERS):
+        raise Feedback(f"case {{key}}: {{guesses[key]!r}} is not what run_both_clocks returns: {{WHY[key]}}")
     return "you can tell which clock will speak"
 check("which_clock", test)
 """)

@@ -254,35 +254,63 @@ def run_tree(code, wall):
 """)
 
 check("run_tree", """
+import tempfile
+
+def grandchild_pid(pid_file):
+    for _ in range(100):
+        if os.path.exists(pid_file) and open(pid_file).read():
+            return int(open(pid_file).read())
+        time.sleep(0.05)
+    return None
+
+def parent_of(pid_file, child_sleeps, holds_pipe):
+    \"\"\"Source of a child that starts a grandchild sleeping 20 s (on the child's pipes, or not), writes its pid.\"\"\"
+    quiet = "" if holds_pipe else ", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL"
+    return ("import subprocess, sys, time\\n"
+            f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(20)']{quiet})\\n"
+            f"open({pid_file!r}, 'w').write(str(p.pid))\\n"
+            f"time.sleep({child_sleeps})\\n")
+
+KILL_ONLY_THE_CHILD = ("proc.kill() signals only the direct child; kill the whole group with "
+                       "os.killpg(proc.pid, signal.SIGKILL)")
+CASES = [  # (child sleeps, grandchild holds the pipe, wanted, if run_tree hangs, if the grandchild survives)
+    (30, True, "timed_out", "the grandchild still held the pipe after the deadline: " + KILL_ONLY_THE_CHILD,
+     "the grandchild was still alive after run_tree timed out: " + KILL_ONLY_THE_CHILD),
+    (0, False, "ok", "run_tree hung for a child that exits at once",
+     "the grandchild was still alive after run_tree returned: kill the group even when the child exited"),
+    (0, True, None, "forgetting the pipe: a grandchild held the child's stdout open, so keep the deadline on "
+     "every communicate() before the group is killed", "the grandchild was still alive after run_tree returned: "
+     "kill the group even when the child exited"),
+]
+
 def test():
     got = run_tree("print('hi')", 5)
     expect(got == "ok", f"a quick child gave {got!r}, expected 'ok'")
-    got = run_tree("import sys; sys.exit(4)", 5)
-    expect(got == "error", f"a child that exits with 4 gave {got!r}, expected 'error'")
-    import tempfile
-    pid_file = os.path.join(tempfile.mkdtemp(), "pid")
-    code = ("import subprocess, sys\\n"
-            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'],\\n"
-            "                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\\n"
-            f"open({pid_file!r}, 'w').write(str(p.pid))\\n")
-    started = time.monotonic()
-    got = run_tree(code, 5)
-    took = time.monotonic() - started
-    pid = int(open(pid_file).read())
-    os.remove(pid_file)
-    time.sleep(0.2)
-    if alive(pid):
-        os.kill(pid, signal.SIGKILL)
-        raise Feedback("the grandchild was still alive after run_tree returned: kill the group even when the child exited")
-    expect(got == "ok", f"gave {got!r} after {took:.1f} s for a child that exits at once: is its stdout still being read?")
-    started = time.monotonic()
-    run_tree(spawn_grandchild(8, 0), 1)
-    took = time.monotonic() - started
-    expect(took < 5, f"run_tree took {took:.1f} s with wall=1 while a grandchild held the child's stdout: forgetting "
-           "the pipe; keep the deadline on every communicate() before the group is killed")
-    got = run_tree(spawn_grandchild(30, 60), 1)
-    expect(got == "timed_out", f"a child that never ends gave {got!r} with wall=1, expected 'timed_out'")
-    return "the deadline holds and nothing the child started survives"
+    for status in (1, 3, 4):
+        got = run_tree(f"import os; os._exit({status})", 5)
+        expect(got == "error", f"a child that exits with {status} gave {got!r}, expected 'error'")
+    got = run_tree("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", 5)
+    expect(got == "error", f"a child killed by a signal (returncode -9) gave {got!r}: non-zero is 'error'")
+    with deadline(8, "run_tree was still waiting 5 s after a 3 s deadline for a child that prints 200 KB: read its "
+                  "output with proc.communicate(timeout=wall) rather than proc.wait(), and keep a deadline on it"):
+        got = run_tree("import sys; sys.stdout.write('x' * 200_000); sys.stderr.write('y' * 200_000)", 3)
+    expect(got == "ok", f"a child that prints 200 KB and exits gave {got!r}: nobody read its stdout, so the pipe "
+           "filled (it holds 64 KB) and the child blocked writing; read it with proc.communicate(timeout=wall), not proc.wait()")
+    for child_sleeps, holds_pipe, wanted, if_hung, if_alive in CASES:
+        pid_file = os.path.join(tempfile.mkdtemp(), "pid")
+        try:
+            with deadline(6, f"run_tree was still waiting 5 s after a 1 s deadline: {if_hung}"):
+                got = run_tree(parent_of(pid_file, child_sleeps, holds_pipe), 1)
+            time.sleep(0.2)
+            pid = grandchild_pid(pid_file)
+            expect(pid is None or not alive(pid), if_alive)
+        finally:
+            pid = grandchild_pid(pid_file)
+            if pid is not None and alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        expect(wanted is None or got == wanted, f"a child that {'never ends' if child_sleeps else 'exits at once'} "
+               f"gave {got!r} with wall=1, expected {wanted!r}")
+    return "the deadline holds, full pipes are read, and nothing the child started survives"
 check("run_tree", test)
 """)
 
@@ -315,20 +343,19 @@ def survivors():
     ### END SOLUTION
 """)
 
-check("survivors", """
-ANSWERS = {"kill": True, "killpg": False, "killpg_after_setsid": True, "subreaper_sweep": False, "timeout_run": True}
-WHY = {"kill": "proc.kill() signals only the direct child",
-       "killpg": "killpg signals every process still in the group, the grandchild included",
-       "killpg_after_setsid": "after os.setsid() the grandchild is in a group of its own, which killpg misses",
-       "subreaper_sweep": "the orphan is re-parented to the subreaper, which finds it among its children",
-       "timeout_run": "the timeout of subprocess.run kills only the direct child"}
+check("survivors", f"""
+ANSWERS = {hashed("survivors", {"kill": True, "killpg": False, "killpg_after_setsid": True, "subreaper_sweep": False, "timeout_run": True})}
+WHY = {{"kill": "which processes does proc.kill() signal: the direct child, or its whole family?",
+       "killpg": "killpg signals every process still in the group: is the grandchild still in it?",
+       "killpg_after_setsid": "after os.setsid() the grandchild is in a group of its own: does killpg of the old group reach it?",
+       "subreaper_sweep": "the orphan is re-parented to the subreaper: what does the sweep do with the children it finds?",
+       "timeout_run": "which process does the timeout of subprocess.run kill?"}}
 
 def test():
     guesses = survivors()
-    expect(isinstance(guesses, dict) and set(guesses) == set(ANSWERS), f"survivors() should return a dict with the keys {sorted(ANSWERS)}")
-    for key, wanted in ANSWERS.items():
-        expect(guesses[key] is wanted, f"{key}: the grandchild is {'alive' if wanted else 'gone'} afterwards, "
-               f"you predicted {guesses[key]!r}: {WHY[key]}")
+    expect(isinstance(guesses, dict) and set(guesses) == set(ANSWERS), f"survivors() should return a dict with the keys {{sorted(ANSWERS)}}")
+    for key in wrong_keys("survivors", guesses, ANSWERS):
+        raise Feedback(f"{{key}}: your prediction {{guesses[key]!r}} is wrong: {{WHY[key]}}")
     return "you know which kill reaches which process"
 check("survivors", test)
 """)

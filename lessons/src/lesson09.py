@@ -154,18 +154,18 @@ def predict_niceness():
     ### END SOLUTION
 """)
 
-check("predict_niceness", """
-ANSWERS = {"a": 10, "b": 19, "c": 13, "d": 10}
-WHY = {"a": "each nice adds to the niceness it inherited: 5 + 5",
+check("predict_niceness", f"""
+ANSWERS = {hashed('predict_niceness', {"a": 10, "b": 19, "c": 13, "d": 10})}
+WHY = {{"a": "each nice adds to the niceness it inherited",
        "b": "niceness stops at 19, it never goes above",
-       "c": "the shell inherits 10 and its child adds 3",
-       "d": "nice without -n adds 10"}
+       "c": "the shell inherits its niceness, and its child adds its own -n",
+       "d": "how much does nice add without -n?"}}
 
 def test():
     guesses = predict_niceness()
     expect(isinstance(guesses, dict) and set(guesses) == set(CASES), "predict_niceness() should return a dict with one entry per case: a to d")
-    for key, wanted in ANSWERS.items():
-        expect(guesses[key] == wanted, f"case {key} prints {wanted}, you predicted {guesses[key]!r}: {WHY[key]}")
+    for key in wrong_keys("predict_niceness", guesses, ANSWERS):
+        raise Feedback(f"case {{key}}: {{guesses[key]!r}} is not what it prints: {{WHY[key]}}")
     return "priorities add up, are inherited, and stop at 19"
 check("predict_niceness", test)
 """)

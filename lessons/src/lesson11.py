@@ -197,25 +197,45 @@ check("verdict", """
 def test():
     both = {"test_small", "test_negative"}
     passed = {"test_small": "passed", "test_negative": "passed"}
+    failed = {"test_small": "passed", "test_negative": "failed"}
+    error = {"test_small": "passed", "test_negative": "error"}
     expect(verdict(0, both, passed) == "verified", "exit 0 with every expected test passed should be 'verified'")
     got = verdict(0, both, None)
     expect(got == "unverified", f"exit 0 with no evidence gave {got!r}: that is the os._exit(0) faker, 'unverified'")
     got = verdict(0, both, {"test_small": "passed"})
     expect(got == "unverified", f"exit 0 with only one of two tests reported gave {got!r}: the evidence must be complete")
-    got = verdict(1, both, {"test_small": "passed", "test_negative": "failed"})
+    got = verdict(0, both, {**passed, "test_extra": "passed"})
+    expect(got == "unverified", f"exit 0 with evidence of a test the instructor never wrote gave {got!r}: the "
+           "evidence must name exactly the expected tests, set(results) == expected, not a subset test (<=)")
+    got = verdict(0, both, {"test_small": "passed", "test_other": "passed"})
+    expect(got == "unverified", f"exit 0 with evidence of two tests, one of them not an expected one, gave {got!r}: "
+           "compare the names, not how many there are")
+    got = verdict(1, both, failed)
     expect(got == "failed", f"exit 1 with a failed test gave {got!r}, expected 'failed'")
-    got = verdict(1, both, {"test_small": "passed", "test_negative": "error"})
+    got = verdict(1, both, error)
     expect(got == "failed", f"exit 1 with a test in error gave {got!r}: the tests ran and one did not pass, 'failed'")
     got = verdict(0, both, {"test_small": "passed", "test_negative": "skipped"})
     expect(got == "failed", f"exit 0 with a skipped test gave {got!r}: a skip is not a pass, 'failed'")
     got = verdict(1, both, passed)
     expect(got == "unverified", f"exit 1 with every test passed gave {got!r}: evidence and exit code disagree, 'unverified'")
-    got = verdict(0, both, {"test_small": "passed", "test_negative": "failed"})
+    got = verdict(0, both, failed)
     expect(got == "unverified", f"exit 0 with a failed test gave {got!r}: evidence and exit code disagree, 'unverified'")
-    got = verdict(2, both, {})
-    expect(got == "unverified", f"exit 2 (a collection error) gave {got!r}: the tests never ran, 'unverified'")
-    got = verdict(5, both, {})
-    expect(got == "unverified", f"exit 5 (nothing collected) gave {got!r}, expected 'unverified'")
+    got = verdict(0, both, error)
+    expect(got == "unverified", f"exit 0 with a test in error gave {got!r}: an 'error' contradicts exit 0 as much "
+           "as a 'failed' does; look for both, 'unverified'")
+    got = verdict(1, both, {"test_small": "failed"})
+    expect(got == "unverified", f"exit 1 with evidence of only one of two tests gave {got!r}: incomplete evidence "
+           "is 'unverified' before anything is 'failed' (rule order)")
+    meaning = {2: "interrupted or a collection error", 3: "an internal error", 4: "a usage error",
+               5: "nothing collected", -9: "killed by a signal"}
+    for code, what in meaning.items():
+        for evidence in ({}, passed, failed):
+            got = verdict(code, both, evidence)
+            expect(got == "unverified", f"exit {code} ({what}) gave {got!r}: the tests never ran to the end, so every "
+                   "exit code other than 0 and 1 is 'unverified', whatever the evidence says")
+    got = verdict(2, both, None, timed_out=True)
+    expect(got == "timed_out", f"a run past its deadline with exit 2 and no evidence gave {got!r}: the time-out "
+           "rule comes first, 'timed_out'")
     got = verdict(0, both, passed, timed_out=True)
     expect(got == "timed_out", f"a run past its deadline gave {got!r}, expected 'timed_out'")
     return "only positive evidence is a pass"
@@ -237,13 +257,31 @@ def badge_colour(label):
 
 check("badge_colour", """
 def test():
-    got = badge_colour("TESTS UNVERIFIED")
-    expect(got != "green", "TESTS UNVERIFIED came out green: compare labels with ==, not with `in`")
-    expect(got == "grey", f"TESTS UNVERIFIED should be grey, got {got!r}")
+    expect(badge_colour("TESTS UNVERIFIED") != "green", "TESTS UNVERIFIED came out green: testing with `in` "
+           "(\\"VERIFIED\\" in label); compare the whole label with ==")
     for label, wanted in [("TESTS VERIFIED", "green"), ("TESTS FAILED", "red"), ("TESTS TIMED OUT", "orange"),
-                          ("NOT TESTS VERIFIED", "grey"), ("", "grey")]:
+                          ("TESTS UNVERIFIED", "grey")]:
         got = badge_colour(label)
         expect(got == wanted, f"badge_colour({label!r}) gave {got!r}, expected {wanted!r}")
+    tricks = [  # (label, what a function that colours it is doing)
+        ("NOT VERIFIED", "testing with `in` (\\"VERIFIED\\" in label)"),
+        ("NOT TESTS VERIFIED", "testing how the label ends (endswith, or its last word)"),
+        ("TESTS VERIFIED (stale)", "testing how the label starts (startswith, or its first words)"),
+        ("tests verified", "changing the case (.upper(), .lower()) before comparing"),
+        ("Tests Verified", "changing the case (.upper(), .lower()) before comparing"),
+        ("TESTS  VERIFIED", "splitting the label into words before comparing"),
+        (" TESTS VERIFIED\\n", "stripping spaces (.strip()) before comparing"),
+        ("TESTS FAILED (2)", "testing how the label starts (startswith, or its first words)"),
+        ("NOT TESTS FAILED", "testing how the label ends (endswith, or its last word)"),
+        ("tests timed out", "changing the case (.upper(), .lower()) before comparing"),
+        ("", None), ("VERIFIED", None), ("TESTS", None),
+    ]
+    for label, mistake in tricks:
+        got = badge_colour(label)
+        if got != "grey":
+            raise Feedback(f"badge_colour({label!r}) gave {got!r}, expected 'grey': "
+                           f"{(mistake + ': ') if mistake else ''}compare the whole label with == (a dict lookup), "
+                           "anything else is grey")
     return "green means verified, and nothing else"
 check("badge_colour", test)
 """)
@@ -274,24 +312,25 @@ def what_counts():
     ### END SOLUTION
 """)
 
-check("what_counts", """
-ANSWERS = {"source": "b", "forged": "b"}
-WHY = {
+check("what_counts", f"""
+ANSWERS = {hashed("what_counts", {"source": "b", "forged": "b"})}
+WHY = {{
     ("source", "a"): "trusting a report file the submission can write: it can write one saying anything",
     ("source", "c"): "exit 0 is necessary, not sufficient: os._exit(0) fakes it",
     ("forged", "a"): "trusting a report file the submission can write: only the grader's channel counts",
-    ("forged", "c"): "nothing proves the tests ran, nor that they failed: no evidence is 'unverified'",
-}
+    ("forged", "c"): "what proves that the tests ran at all, or that they failed?",
+}}
 
 def test():
     guesses = what_counts()
     expect(isinstance(guesses, dict) and set(guesses) == set(QUESTIONS),
-           f"what_counts() should return a dict with the keys {sorted(QUESTIONS)}")
-    for key, wanted in ANSWERS.items():
+           f"what_counts() should return a dict with the keys {{sorted(QUESTIONS)}}")
+    for key in ANSWERS:
         got = guesses[key]
-        expect(got in QUESTIONS[key][1], f"{key}: {got!r} is not one of the letters {sorted(QUESTIONS[key][1])}")
-        if got != wanted:
-            raise Feedback(f"{key}: {got} ({QUESTIONS[key][1][got]}) does not hold: {WHY[key, got]}")
+        expect(got in QUESTIONS[key][1], f"{{key}}: {{got!r}} is not one of the letters {{sorted(QUESTIONS[key][1])}}")
+    for key in wrong_keys("what_counts", guesses, ANSWERS):
+        got = guesses[key]
+        raise Feedback(f"{{key}}: {{got}} ({{QUESTIONS[key][1][got]}}) does not hold: {{WHY.get((key, got), 'read the question again')}}")
     return "evidence comes from the grader's own channel, or there is none"
 check("what_counts", test)
 """)
@@ -306,7 +345,12 @@ md("""
   in error ran and did not pass (`failed`).
 * **Trusting a report file the submission can write.** Evidence must come through a channel the grader owns and
   checks for consistency (the third exercise).
-* **Substring or prefix tests on labels** (`"VERIFIED" in label`, `label.endswith("VERIFIED")`).
+* **Substring or prefix tests on labels** (`"VERIFIED" in label`, `label.endswith("VERIFIED")`,
+  `label.startswith("TESTS VERIFIED")`), or tidying a label before looking it up (`.strip().upper()`): each paints
+  some other label green. Compare the whole label with `==`.
+* **A subset or a count instead of the names.** `expected <= set(results)` and `len(results) == len(expected)`
+  both accept evidence of tests the instructor never wrote; compare `set(results) == expected`.
+* **Checking only for `"failed"`.** A test in `"error"` did not pass either.
 
 ## Try this next
 

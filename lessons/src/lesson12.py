@@ -246,9 +246,9 @@ def what_works():
     ### END SOLUTION
 """)
 
-check("what_works", """
-ANSWERS = {"secrets": "c", "results": "b", "plots": "b"}
-WHY = {
+check("what_works", f"""
+ANSWERS = {hashed('what_works', {"secrets": "c", "results": "b", "plots": "b"})}
+WHY = {{
     ("secrets", "a"): "believing rlimits protect your files: a limit counts files, it never asks which",
     ("secrets", "b"): "believing rlimits protect your files: RLIMIT_FSIZE limits writing, reading is untouched",
     ("secrets", "d"): "a deadline limits time, not access: one second is plenty to read a file",
@@ -256,17 +256,18 @@ WHY = {
     ("results", "c"): "eval of what a child sends runs its code: take JSON",
     ("plots", "a"): "leaving matplotlib to pick a backend: with no screen a GUI backend fails or hangs, set MPLBACKEND=Agg",
     ("plots", "c"): "DISPLAY names a screen the child cannot (and should not) reach: set MPLBACKEND=Agg",
-}
+}}
 
 def test():
     guesses = what_works()
     expect(isinstance(guesses, dict) and set(guesses) == set(QUESTIONS),
-           f"what_works() should return a dict with the keys {sorted(QUESTIONS)}")
-    for key, wanted in ANSWERS.items():
+           f"what_works() should return a dict with the keys {{sorted(QUESTIONS)}}")
+    for key in ANSWERS:
         got = guesses[key]
-        expect(got in QUESTIONS[key][1], f"{key}: {got!r} is not one of the letters {sorted(QUESTIONS[key][1])}")
-        if got != wanted:
-            raise Feedback(f"{key}: {got} ({QUESTIONS[key][1][got]}) does not work: {WHY[key, got]}")
+        expect(got in QUESTIONS[key][1], f"{{key}}: {{got!r}} is not one of the letters {{sorted(QUESTIONS[key][1])}}")
+    for key in wrong_keys("what_works", guesses, ANSWERS):
+        got = guesses[key]
+        raise Feedback(f"{{key}}: {{got}} ({{QUESTIONS[key][1][got]}}) does not work: {{WHY.get((key, got), 'read the question again')}}")
     return "limits say how much; users, Landlock, JSON and Agg say what"
 check("what_works", test)
 """)

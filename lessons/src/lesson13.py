@@ -162,7 +162,7 @@ outcomes = {}
 for name, (source, run_limits) in programs.items():
     outcome = run([sys.executable, "-c", source], limits=run_limits)
     outcomes[name] = outcome.to_json()
-    print(f"{name:>6}: {outcome.summary()} killed={outcome.killed_processes}")
+    print(f"{name:>6}: {outcome.summary()}")
     if outcome.exit_code in (126, 127):   # the launcher could not start the program at all
         said = outcome.stderr.strip().splitlines()
         print("        the program never started:", said[-1] if said else "the launcher gave no reason")
@@ -173,12 +173,12 @@ md("""
 Each `status` is an exact string: compare it with `==`. (If the summary says "ran as root: not contained", this
 machine runs notebooks as root: rlimits cannot hold root back, which is why cellbox can run children as another
 user.) Note the daemon: its program ended with `ok`, and the supervisor still found and killed the process it left
-behind (`killed=1`).
+behind: the summary ends with `killed=1`, the number of processes the supervisor killed after the program ended
+(it appears only when there were some).
 
-If every line says `status=error exit=126` instead, the launcher gave up before running the program (126 is the
-shell's "found but could not run" status). With this version of cellbox that happens when a non-root account runs
-`cellbox.sandbox.run` from inside a kernel cell; a fix is on its way. The exercises below do not depend on this
-cell: their checks build their own `Outcome` dicts.
+If a line says `status=error exit=126` or `exit=127` instead, the launcher could not start the program at all
+(126 is the shell's "found but could not run" status, 127 "not found"), and the cell prints the launcher's
+reason below it. The exercises below do not depend on this cell: their checks build their own `Outcome` dicts.
 
 ## 5. Grading a folder with `cellbox grade`
 
@@ -223,16 +223,20 @@ started = time.monotonic()
 graded = subprocess.run([sys.executable, "-m", "cellbox.cli", "grade", submissions, "--tests", tests, "--out", out,
                          "--jobs", "2", "--wall", "20", "--memory", "1G"], capture_output=True, text=True)
 print(f"cellbox grade exited {graded.returncode} after {time.monotonic() - started:.1f} s")
+instructor_tests = open(os.path.join(tests, "test_run_isolated.py")).read().count("\\ndef test_")
 if os.path.exists(os.path.join(out, "grades.csv")):
     for row in csv.DictReader(open(os.path.join(out, "grades.csv"))):
-        print(f"{row['id']:>7}: {row['verdict']:<11} passed {row['passed']} of {row['total']}")
+        print(f"{row['id']:>7}: {row['verdict']:<11} passed {row['passed']} of the {instructor_tests} instructor tests")
 else:
     print("no grades were written:", (graded.stderr or graded.stdout).strip()[-500:])
 """)
 
 md("""
 The faker's exit status was 0, and its verdict is still not `verified`: the grader's own pytest plugin sent no
-evidence that the tests ran (lesson 11). The same HTML report instructors get is shown below (in a sandboxed
+evidence that the tests ran (lesson 11). Its process ended while the tests imported it, before any of the two
+tests could run, so none passed; the other columns of its row in `grades.csv` (`failed`, `errors`, `total`) count
+what the grader could record of that run, not two results of tests that ran: the documentation's Grading page
+says what each column counts. The same HTML report instructors get is shown below (in a sandboxed
 frame, so its styles stay inside it).
 """)
 
@@ -305,7 +309,7 @@ md("""
 **`limits_line(outcome)`**: the `%%limits` line that would give a stopped run twice the limit it hit, read from
 `outcome["limits"]`: `"%%limits wall=4"` for a run that timed out under `wall_time` 2, `"%%limits cpu=2"`,
 `"%%limits memory=512M"` (sizes in whole MB) or `"%%limits output=2048K"` (in whole KB); `None` when no limit was hit.
-Times may be floats: write `4`, not `4.0`, and `5` for twice 2.5.
+Times may be floats: write `4`, not `4.0`, `5` for twice 2.5 and `0.4` for twice 0.2.
 """)
 
 exercise("limits_line", """
@@ -334,14 +338,26 @@ def outcome(status, **limits):
 def test():
     for run, wanted in [(outcome("timed_out", wall_time=2.0), "%%limits wall=4"),
                         (outcome("timed_out", wall_time=2.5), "%%limits wall=5"),
+                        (outcome("timed_out", wall_time=0.25), "%%limits wall=0.5"),
+                        (outcome("timed_out", wall_time=1.75), "%%limits wall=3.5"),
                         (outcome("cpu_limit", cpu_time=1.0), "%%limits cpu=2"),
+                        (outcome("cpu_limit", cpu_time=0.2), "%%limits cpu=0.4"),
+                        (outcome("cpu_limit", cpu_time=3), "%%limits cpu=6"),
                         (outcome("memory_limit", memory=256 * 1024**2), "%%limits memory=512M"),
+                        (outcome("memory_limit", memory=1536 * 1024**2), "%%limits memory=3072M"),
                         (outcome("output_limit", output=1024**2), "%%limits output=2048K"),
-                        (outcome("ok"), None), (outcome("crashed"), None)]:
+                        (outcome("output_limit", output=1536), "%%limits output=3K"),
+                        (outcome("ok"), None), (outcome("crashed"), None), (outcome("error"), None),
+                        (outcome("interrupted"), None)]:
         got = limits_line(run)
-        if got != wanted and isinstance(got, str) and isinstance(wanted, str) and got.replace(".0", "") == wanted:
-            raise Feedback(f"limits_line gave {got!r}, expected {wanted!r}: limits are floats in an Outcome, "
-                           "so format them with :g (4.0 becomes 4, 2.5 stays 2.5)")
+        if got != wanted and isinstance(got, str) and isinstance(wanted, str):
+            if got.replace(".0", "") == wanted:
+                raise Feedback(f"limits_line gave {got!r}, expected {wanted!r}: limits are floats in an Outcome, "
+                               "so format them with :g (4.0 becomes 4, 2.5 stays 2.5)")
+            field = {"timed_out": "wall_time", "cpu_limit": "cpu_time"}.get(run["status"])
+            if field and run["limits"][field] % 1 and got.split("=")[0] == wanted.split("=")[0]:
+                raise Feedback(f"limits_line gave {got!r}, expected {wanted!r}: int() and "
+                               "round() drop the fraction of a sub-second limit; format the doubled float with :g")
         expect(got == wanted, f"for a {run['status']!r} run with limits {run['limits']} limits_line gave {got!r}, expected {wanted!r}")
     return "a stopped student gets a concrete next step"
 check("limits_line", test)
@@ -376,26 +392,27 @@ def what_next():
     ### END SOLUTION
 """)
 
-check("what_next", """
-ANSWERS = {"second_line": "b", "thread": "b", "stopped": "b"}
-WHY = {
-    ("second_line", "a"): "putting %%limits anywhere but the first line: it is a cell magic, the kernel refuses the cell",
-    ("second_line", "c"): "putting %%limits anywhere but the first line: it is a cell magic, the kernel refuses the cell",
-    ("thread", "a"): "keeping a thread for the next cell: threads and processes a cell started end with it",
-    ("thread", "c"): "names carry to later cells (t is there); the thread does not: it ended with its cell",
-    ("stopped", "a"): "raising limits instead of fixing the loop: i never grows, so no limit is enough",
-    ("stopped", "c"): "the kernel lives on after a stopped cell; the loop is what is wrong: i never grows",
-}
+check("what_next", f"""
+ANSWERS = {hashed("what_next", {"second_line": "b", "thread": "b", "stopped": "b"})}
+WHY = {{
+    ("second_line", "a"): "putting %%limits anywhere but the first line: it is a cell magic, read on the first line only",
+    ("second_line", "c"): "putting %%limits anywhere but the first line: it is a cell magic, read on the first line only",
+    ("thread", "a"): "keeping a thread for the next cell: what ends when a cell's process ends?",
+    ("thread", "c"): "names carry to later cells (t is there); ask what happens to the thread itself",
+    ("stopped", "a"): "raising limits instead of fixing the loop: does i ever grow?",
+    ("stopped", "c"): "the kernel lives on after a stopped cell; look at the loop: does i ever grow?",
+}}
 
 def test():
     guesses = what_next()
     expect(isinstance(guesses, dict) and set(guesses) == set(QUESTIONS),
-           f"what_next() should return a dict with the keys {sorted(QUESTIONS)}")
-    for key, wanted in ANSWERS.items():
+           f"what_next() should return a dict with the keys {{sorted(QUESTIONS)}}")
+    for key in ANSWERS:
         got = guesses[key]
-        expect(got in QUESTIONS[key][1], f"{key}: {got!r} is not one of the letters {sorted(QUESTIONS[key][1])}")
-        if got != wanted:
-            raise Feedback(f"{key}: {got} ({QUESTIONS[key][1][got]}) is not what happens: {WHY[key, got]}")
+        expect(got in QUESTIONS[key][1], f"{{key}}: {{got!r}} is not one of the letters {{sorted(QUESTIONS[key][1])}}")
+    for key in wrong_keys("what_next", guesses, ANSWERS):
+        got = guesses[key]
+        raise Feedback(f"{{key}}: {{got}} ({{QUESTIONS[key][1][got]}}) is not what happens: {{WHY.get((key, got), 'read the question again')}}")
     return "first line for %%limits, nothing but names between cells, and a loop to fix"
 check("what_next", test)
 """)
@@ -408,6 +425,7 @@ md("""
   what you need in the cell that needs it (the third exercise).
 * **Comparing statuses with `in`.** `"limit" in status` is true for three different statuses; compare with `==` (the first exercise).
 * **Printing a float limit as it is.** `f"{2.0 * 2}"` is `"4.0"`; `%%limits` wants `wall=4`: format with `:g` (the second exercise).
+  `int()` or `round()` are no cure: twice a 0.2 s limit would become `cpu=0`.
 * **Raising limits instead of fixing the loop.** A `cpu_limit` usually means the loop never ends (the third
   exercise).
 
