@@ -409,6 +409,7 @@ def _forget_dead_threads(shell: Any) -> None:
 
 def _session_shell(channel: Channel, spec: dict[str, Any]) -> Any:
     """The session's shell, now this cell's: its channel, stdin, limits and history."""
+    from ..sandbox.importpath import add_working_directory
     from . import magics
 
     global _shell
@@ -420,6 +421,11 @@ def _session_shell(channel: Channel, spec: dict[str, Any]) -> Any:
     if not shell.history_manager.dir_hist:
         shell.history_manager.dir_hist.append(Path.cwd())
         shell.starting_dir = os.getcwd()
+    if not getattr(shell, "cellbox_path_added", False):
+        # The cells' own process, never the session's: they import from the notebook folder as
+        # under ipykernel, once per shell (a cell that removes the entry is not given it back).
+        add_working_directory()
+        shell.cellbox_path_added = True
     magics.register(shell, spec.get("limits", {}))
     _install_stdin(channel, bool(spec.get("allow_stdin")))
     given = _history_from_kernel(shell, channel, spec)

@@ -51,6 +51,7 @@ from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, default, vali
 
 from .. import __version__
 from ..sandbox.environment import TaskDirectory
+from ..sandbox.importpath import trusted_sys_path
 from ..sandbox.isolation import Isolation, IsolationError, describe, make_plan, probe
 from ..sandbox.limits import LimitError, Limits, format_size
 from ..sandbox.outcome import Outcome, Status
@@ -219,6 +220,7 @@ class CellboxKernel(Kernel):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.notebook_dir = self.notebook_dir  # fixed now: the directory the kernel started in
+        trusted_sys_path((self.notebook_dir,))  # the cells' folder, when it is not the one it started in
         _remove_stale_task_directories()
         self.task = TaskDirectory.create(prefix=TASK_PREFIX)
         # The session starts now, beside the kernel's own start: the first cell waits for it.
@@ -1042,7 +1044,13 @@ def _outcome_metadata(outcome: Outcome) -> dict[str, Any]:
 
 
 def main() -> None:
-    """Start the kernel: ``python -m cellbox.kernel -f CONNECTION_FILE``."""
+    """Start the kernel: ``python -E -P -m cellbox.kernel -f CONNECTION_FILE`` (the kernelspec's flags).
+
+    Whatever the flags, the folder it starts in (the notebook's, which cells
+    write) leaves ``sys.path`` before anything else is imported
+    (:func:`~cellbox.sandbox.importpath.trusted_sys_path`).
+    """
+    trusted_sys_path()
     from ipykernel.kernelapp import IPKernelApp
 
     class CellboxKernelApp(IPKernelApp):  # type: ignore[misc]

@@ -48,6 +48,7 @@ import sys
 import time
 
 from . import _launch, snapshots
+from .importpath import trusted_sys_path
 from .snapshots import (
     Chain,
     Snapshot,
@@ -803,6 +804,8 @@ def own_pids_cgroup():
 
 
 def main():
+    # Started with KEEPER_FLAGS; this also holds for a keeper started without them, before the preload.
+    trusted_sys_path()
     config = json.loads(sys.argv[1])
     set_name(KEEPER_NAME)
     sock = socket.socket(fileno=int(config.get("fd", 3)))

@@ -50,6 +50,7 @@ from importlib.util import find_spec
 from typing import Any
 
 from .environment import TaskDirectory, build_environment
+from .importpath import KEEPER_FLAGS
 from .isolation import BWRAP_LAYERS, Isolation, landlock_rules, make_plan, probe
 from .limits import Limits
 from .outcome import Outcome
@@ -131,7 +132,9 @@ class _Server:
         )
         try:
             self.run = start(
-                [sys.executable, "-m", "cellbox.sandbox.keeper", json.dumps(config)],
+                # KEEPER_FLAGS: nothing of the folder it starts in (the notebook's) or of its home (the
+                # task's home/, which cells write) is imported by the keeper or the snapshots it forks.
+                [sys.executable, *KEEPER_FLAGS, "-m", "cellbox.sandbox.keeper", json.dumps(config)],
                 limits=_server_limits(),
                 task=setup.task,
                 cwd=setup.cwd,
