@@ -381,6 +381,10 @@ def warm_start() -> None:
     try:
         shell = _new_shell(_NoChannel())
         shell.run_cell("pass", store_history=False, silent=True)
+        # Completion's and inspection's first-call costs, paid once here for every run beside the state.
+        from .besiderunner import warm_up
+
+        warm_up(shell)
     except BaseException:
         CellShell.clear_instance()  # the first cell builds its own, not this half-made singleton
         raise

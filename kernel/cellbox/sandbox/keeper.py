@@ -32,7 +32,8 @@ Snapshots, the chain, and the commands forked from them are in :mod:`cellbox.san
 
 Requests on the kernel's socket, one JSON message each (fds beside, as
 SCM_RIGHTS, unix(7)), one reply each: ``run`` (the run's spec and pipes;
-reply: the command's pid), ``settle`` (keep or drop the newest snapshot),
+reply: the command's pid; with ``"beside"``, a run forked from the latest
+snapshot that leaves none, which does not take the next cell's spare), ``settle`` (keep or drop the newest snapshot),
 ``undo`` (drop the last N kept snapshots), ``stat`` (sizes).
 """
 
@@ -323,7 +324,8 @@ class Keeper:
         if self.chain.pending is not None:
             self.settle(False)  # never settled: the kernel moved on without it
         earlier, self.spare_note = self.spare_note, None
-        spare = self.take_spare(request)
+        # A run beside the state (completion, inspection) leaves the spare to the next cell.
+        spare = None if request.get("beside") else self.take_spare(request)
         self.set_processes(request)
         pid = following = problem = None
         try:
