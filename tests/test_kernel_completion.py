@@ -179,6 +179,19 @@ def test_a_completer_that_floods_is_stopped_and_the_kernel_answers(kc: BlockingK
     assert completed(kc, "student_s") == ["student_scores"]
 
 
+def test_a_completion_sent_while_a_cell_runs_never_blocks_it(kc: BlockingKernelClient) -> None:
+    cell = kc.execute("import time\ntime.sleep(1)\nwhile_running = 1")
+    completion = kc.complete("student_s", len("student_s"))
+    replies: dict[str, dict[str, Any]] = {}
+    while len(replies) < 2:
+        msg = kc.get_shell_msg(timeout=60)
+        replies[msg["parent_header"]["msg_id"]] = msg["content"]
+    assert replies[cell]["status"] == "ok"
+    # Answered after the cell, from its state (as ipykernel's), or at once with nothing (a subshell's request).
+    assert replies[completion]["matches"] in ([], ["student_scores"])
+    assert completed(kc, "while_r") == ["while_running"]
+
+
 # --------------------------------------------------------------------------- the kernel's checks
 
 

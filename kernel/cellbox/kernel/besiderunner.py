@@ -40,13 +40,19 @@ def complete(shell: Any, request: dict[str, Any]) -> dict[str, Any]:
 
     IPython's completer on the live namespace, without jedi: jedi's analysis
     starts cold in every forked run (seconds), where IPython's own matchers
-    take milliseconds and see what the cells left (``dir()`` of the objects).
+    take milliseconds and see what the cells left (``dir()`` of the objects);
+    a module the code imports is imported for it (IPython's
+    ``allow_auto_import`` policy), as jedi would read it.  An attribute's
+    completions start after its dot, as jedi's do (IPython's own matchers
+    start at the dot).
     """
     from IPython.core.completer import provisionalcompleter, rectify_completions
 
     code, cursor_pos = str(request["code"]), int(request["cursor_pos"])
     with provisionalcompleter():
-        completions = list(rectify_completions(code, shell.Completer.completions(code, cursor_pos)))
+        completions = _after_the_dot(
+            code, list(rectify_completions(code, shell.Completer.completions(code, cursor_pos)))
+        )
     types = [
         {"start": c.start, "end": c.end, "text": c.text, "type": c.type, "signature": c.signature} for c in completions
     ]
@@ -58,6 +64,15 @@ def complete(shell: Any, request: dict[str, Any]) -> dict[str, Any]:
         "cursor_end": end,
         "metadata": {"_jupyter_types_experimental": types},
     }
+
+
+def _after_the_dot(code: str, completions: list[Any]) -> list[Any]:
+    """``completions`` that all replace ``.name`` as replacing ``name`` (``math.sq`` gives ``sqrt``, not ``.sqrt``)."""
+    from IPython.core.completer import Completion
+
+    if not completions or not all(c.text.startswith(".") and code[c.start : c.start + 1] == "." for c in completions):
+        return completions
+    return [Completion(c.start + 1, c.end, c.text[1:], type=c.type, signature=c.signature) for c in completions]
 
 
 def inspect(shell: Any, request: dict[str, Any]) -> dict[str, Any]:
@@ -89,6 +104,7 @@ def warm_up(shell: Any) -> None:
     turned off here, for the same reason (see :func:`complete`).
     """
     shell.Completer.use_jedi = False
+    shell.Completer.policy_overrides = {"allow_auto_import": True}
     complete(shell, {"code": "import os\nos.pa", "cursor_pos": len("import os\nos.pa")})
     inspect(shell, {"code": "len", "cursor_pos": 3})
 
