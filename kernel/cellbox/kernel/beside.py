@@ -98,6 +98,11 @@ def run_beside(place: Beside, request: dict[str, Any]) -> dict[str, Any] | None:
     if place.server.pid is None:
         return None
     messages: list[Any] = []
+
+    def first_only(message: Any) -> None:
+        if not messages:  # the run sends one reply: more is not kept (the kernel's memory stays bounded)
+            messages.append(message)
+
     try:
         spec = _SpecFile(place.task.tmp, request)
     except OSError:
@@ -109,7 +114,7 @@ def run_beside(place: Beside, request: dict[str, Any]) -> dict[str, Any] | None:
             task=place.task,
             cwd=place.cwd,
             channel=True,
-            on_message=messages.append,
+            on_message=first_only,
             isolation=place.isolation,
             forkserver=place.server,
         )
@@ -122,10 +127,11 @@ def run_beside(place: Beside, request: dict[str, Any]) -> dict[str, Any] | None:
         return None
     finally:
         spec.remove()
-    replies = [m["content"] for m in messages if isinstance(m, dict) and m.get("type") == "reply"]
-    if outcome.status is not Status.OK or len(replies) != 1 or not isinstance(replies[0], dict):
+    reply = messages[0] if messages else None
+    if outcome.status is not Status.OK or not isinstance(reply, dict) or reply.get("type") != "reply":
         return None
-    return dict(replies[0])
+    content = reply.get("content")
+    return dict(content) if isinstance(content, dict) else None
 
 
 def empty_complete_reply(cursor_pos: int) -> dict[str, Any]:
