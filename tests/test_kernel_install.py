@@ -24,8 +24,9 @@ def test_pip_install_puts_the_cellbox_spec_into_the_environment() -> None:
     assert spec.display_name == "Python 3 (cellbox)"
     assert spec.language == "python"
     # A leading "python" is replaced by jupyter_client with its own interpreter,
-    # so the spec keeps working when the environment moves.
-    assert spec.argv == ["python", "-m", "cellbox.kernel", "-f", "{connection_file}"]
+    # so the spec keeps working when the environment moves; -E -P keep the notebook folder and
+    # PYTHONPATH off the kernel's import path (see test_trust_import_path).
+    assert spec.argv == ["python", "-E", "-P", "-m", "cellbox.kernel", "-f", "{connection_file}"]
     for name in ("kernel.json", "logo-32x32.png", "logo-64x64.png", "logo-svg.svg"):
         assert (installed / name).read_bytes() == (SHIPPED / name).read_bytes()
     # Jupyter looks in the environment's share/jupyter by default.
@@ -75,6 +76,8 @@ def test_install_writes_a_spec_whose_argv_carries_the_limits(tmp_path: Path, cap
     # This interpreter, by its path: a Jupyter of another environment starts the one cellbox is in.
     assert spec["argv"] == [
         sys.executable,
+        "-E",
+        "-P",
         "-m",
         "cellbox.kernel",
         "-f",
@@ -144,7 +147,7 @@ def test_install_can_ask_for_isolation(tmp_path: Path) -> None:
     argv = ["--name", "fenced", "--isolation", "auto", "--network", "--start-method", "spawn"]
     assert main(["install", "--prefix", str(tmp_path), *argv]) == 0
     spec = json.loads((tmp_path / "share" / "jupyter" / "kernels" / "fenced" / "kernel.json").read_text())
-    assert spec["argv"][5:] == [
+    assert spec["argv"][7:] == [
         "--CellboxKernel.isolation=auto",
         "--CellboxKernel.network=True",
         "--CellboxKernel.start_method=spawn",

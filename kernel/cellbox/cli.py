@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from . import __version__
 from .options import add_limit_options, limits_from_args
 from .sandbox import SandboxError, run
+from .sandbox.importpath import trusted_sys_path
 from .sandbox.isolation import Isolation, IsolationError, add_isolation_options, isolation_from_args
 from .sandbox.limits import LimitError
 from .sandbox.outcome import STATUS_EXIT_CODES, Outcome
@@ -184,7 +185,12 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``cellbox``; returns the exit status."""
+    """Entry point of ``cellbox``; returns the exit status.
+
+    The working directory (often a folder of submissions or programs) leaves
+    ``sys.path`` first, so no module the commands import later comes from there.
+    """
+    trusted_sys_path()
     parser = build_parser()
     args = _parse(parser, argv)
     if not getattr(args, "func", None):

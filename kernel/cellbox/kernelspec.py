@@ -10,7 +10,10 @@ cells get a 10 s wall-clock limit::
 
 The argv starts with ``python``, which jupyter_client replaces with the
 interpreter it runs under (its ``KernelManager`` does so for a leading
-``python``), so the spec survives a moved or rebuilt environment.
+``python``), so the spec survives a moved or rebuilt environment.  The flags
+after it (:data:`cellbox.sandbox.importpath.KERNEL_FLAGS`: ``-E -P``) keep the
+notebook folder, where the kernel starts and which its cells write, off the
+kernel's import path, and ``PYTHONPATH`` out of it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from .sandbox.importpath import KERNEL_FLAGS
 from .sandbox.isolation import MODES
 from .sandbox.limits import LimitError, Limits, format_size
 
@@ -148,9 +152,11 @@ def kernel_json(
     environment (jupyter_client puts its own interpreter there, so the spec
     survives a moved environment), the absolute path of this interpreter for a
     spec installed elsewhere (as ``ipykernel install`` does): a Jupyter of
-    another environment then starts this one, where cellbox is.
+    another environment then starts this one, where cellbox is.  Either way
+    the interpreter gets :data:`~cellbox.sandbox.importpath.KERNEL_FLAGS`, so
+    nothing in the folder the kernel starts in is imported by it.
     """
-    argv = [executable, "-m", "cellbox.kernel", "-f", "{connection_file}"]
+    argv = [executable, *KERNEL_FLAGS, "-m", "cellbox.kernel", "-f", "{connection_file}"]
     argv += _limit_argv(limits or Limits()) + list(settings or [])
     return {
         "argv": argv,

@@ -6,7 +6,9 @@
 * :mod:`~cellbox.kernel.cellshell`: the IPython shell the cell runner runs cells in;
 * :mod:`~cellbox.kernel.magics`: ``%%limits`` and the magics that need a long-lived process;
 * :mod:`~cellbox.kernel.cellerrors`: a stopped cell's error, as a student reads it;
-* :mod:`~cellbox.kernel.completion`: completion and inspection (jedi), in the kernel process.
+* :mod:`~cellbox.kernel.completion`: ``is_complete``, in the kernel process;
+* :mod:`~cellbox.kernel.beside`: completion and inspection, each a run forked beside the session's state,
+  answered by :mod:`~cellbox.kernel.besiderunner` in that run.
 
 Nothing is imported here: a cell's process imports only what it runs.
 """

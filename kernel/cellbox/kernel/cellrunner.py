@@ -381,6 +381,10 @@ def warm_start() -> None:
     try:
         shell = _new_shell(_NoChannel())
         shell.run_cell("pass", store_history=False, silent=True)
+        # Completion's and inspection's first-call costs, paid once here for every run beside the state.
+        from .besiderunner import warm_up
+
+        warm_up(shell)
     except BaseException:
         CellShell.clear_instance()  # the first cell builds its own, not this half-made singleton
         raise
@@ -409,6 +413,7 @@ def _forget_dead_threads(shell: Any) -> None:
 
 def _session_shell(channel: Channel, spec: dict[str, Any]) -> Any:
     """The session's shell, now this cell's: its channel, stdin, limits and history."""
+    from ..sandbox.importpath import add_working_directory
     from . import magics
 
     global _shell
@@ -420,6 +425,11 @@ def _session_shell(channel: Channel, spec: dict[str, Any]) -> Any:
     if not shell.history_manager.dir_hist:
         shell.history_manager.dir_hist.append(Path.cwd())
         shell.starting_dir = os.getcwd()
+    if not getattr(shell, "cellbox_path_added", False):
+        # The cells' own process, never the session's: they import from the notebook folder as
+        # under ipykernel, once per shell (a cell that removes the entry is not given it back).
+        add_working_directory()
+        shell.cellbox_path_added = True
     magics.register(shell, spec.get("limits", {}))
     _install_stdin(channel, bool(spec.get("allow_stdin")))
     given = _history_from_kernel(shell, channel, spec)

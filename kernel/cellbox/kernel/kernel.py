@@ -51,11 +51,13 @@ from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, default, vali
 
 from .. import __version__
 from ..sandbox.environment import TaskDirectory
+from ..sandbox.importpath import trusted_sys_path
 from ..sandbox.isolation import Isolation, IsolationError, describe, make_plan, probe
 from ..sandbox.limits import LimitError, Limits, format_size
 from ..sandbox.outcome import Outcome, Status
 from ..sandbox.runs import Run, SandboxError, start
 from ..sandbox.session import ForkServer, ForkServerError, installed
+from .beside import BESIDE_RUNNER, Beside, complete_reply, empty_complete_reply, inspect_reply, run_beside
 from .cellerrors import error_for_outcome, exit_reason
 from .cellrunner import history_digest
 from .magics import cell_limits
@@ -77,11 +79,9 @@ ROOT_POWERS = (
 # numpy is cheap and most lessons use it; matplotlib (a third of a second) is imported
 # by the cell that uses it, once: the snapshot keeps it for the next cells.
 CELL_RUNNER = "cellbox.kernel.cellrunner"
-CELL_PRELOAD = (CELL_RUNNER, "cellbox.kernel.cellshell", "cellbox.kernel.magics", "IPython", "numpy")
+CELL_PRELOAD = (CELL_RUNNER, BESIDE_RUNNER, "cellbox.kernel.cellshell", "cellbox.kernel.magics", "IPython", "numpy")
 # In the task directory: the kernel's pid (to find directories of killed kernels).
 PID_FILE = "cellbox-kernel.pid"
-# Seconds of idleness after a reply before completion warms up (jedi's first analysis).
-WARM_UP_IDLE = 2.0
 # Seconds the kernel's exit waits for the control thread to finish the shutdown_request (see main).
 CONTROL_STOP_TIMEOUT = 2.0
 # Seconds the first cell waits for the session to be ready before it is spawned instead.
@@ -219,6 +219,7 @@ class CellboxKernel(Kernel):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.notebook_dir = self.notebook_dir  # fixed now: the directory the kernel started in
+        trusted_sys_path((self.notebook_dir,))  # the cells' folder, when it is not the one it started in
         _remove_stale_task_directories()
         self.task = TaskDirectory.create(prefix=TASK_PREFIX)
         # The session starts now, beside the kernel's own start: the first cell waits for it.
@@ -232,6 +233,7 @@ class CellboxKernel(Kernel):
                 cwd=self.notebook_dir,
                 carry=self.carry_state,
                 undo_depth=self.undo_depth,
+                beside=(BESIDE_RUNNER,),
             ).start()
         (self.task.path / PID_FILE).write_text(str(os.getpid()))
         self._inputs: list[str] = [""]  # In[0] is empty, as in IPython
@@ -240,7 +242,6 @@ class CellboxKernel(Kernel):
         self._transformed: list[str | None] = [""]
         # _digests[n]: history_digest of _inputs[: n + 1], which a cell's spec names its history by.
         self._digests: list[str] = [history_digest([""])]
-        self._good_sources: list[str] = []  # cells that ran successfully, for completion
         self._warned: set[str] = set()
         self._outputs: dict[int, str] = {}  # execution count -> text/plain of its result, for history
         self._running: Run | None = None
@@ -251,36 +252,8 @@ class CellboxKernel(Kernel):
         # No cell, and no other program of this user, may trace this process or read its memory or
         # environment (the connection key is there): prctl(2) PR_SET_DUMPABLE.
         _not_dumpable()
-        self._completion_warmed = False
-        self._warm_up_timer: asyncio.TimerHandle | None = None
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
-
-    def _warm_up_later(self) -> None:
-        """Warm completion up once the kernel has been idle :data:`WARM_UP_IDLE` seconds (after a reply).
-
-        jedi's first analysis takes seconds of CPU: started at once, it would
-        compete with the next cells of a notebook run headless (nbclient,
-        papermill), and with their shutdown, for a small machine's cores.  A
-        student who stops to type gives it the time instead.
-        """
-        if self._completion_warmed:
-            return
-        if self._warm_up_timer is not None:
-            self._warm_up_timer.cancel()
-        self._warm_up_timer = asyncio.get_running_loop().call_later(WARM_UP_IDLE, self._warm_up_completion)
-
-    def _warm_up_completion(self) -> None:
-        """Pay the first completion's cost (jedi's start-up, seconds) in a thread, once."""
-        self._warm_up_timer = None
-        if self._completion_warmed or self._running is not None:
-            return
-        self._completion_warmed = True
-        from .completion import warm_up
-
-        threading.Thread(
-            target=warm_up, args=(self.notebook_dir,), daemon=True, name="cellbox-completion-warm-up"
-        ).start()
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         """Terminated (jupyter_client does this when a shutdown takes too long): clean up, then die of it."""
@@ -414,9 +387,7 @@ class CellboxKernel(Kernel):
         await asyncio.sleep(0)  # let the last forwarded messages go out first
         cell.flush()
         self._settle(cell, outcome)
-        reply = self._finish(cell, outcome, body)
-        self._warm_up_later()
-        return reply
+        return self._finish(cell, outcome, body)
 
     async def _session_ready(self) -> None:
         """Wait for the session's first readiness (the kernel started it beside its own start); say when it was lost."""
@@ -545,7 +516,7 @@ class CellboxKernel(Kernel):
     def _finish(self, cell: _Cell, outcome: Outcome, code: str) -> dict[str, Any]:
         """Publish the cell's error (if any) and build the reply.
 
-        ``code`` is the cell without its ``%%limits`` line, kept for completion when the cell succeeded.
+        ``code`` is the cell without its ``%%limits`` line.
         """
         self._last_outcome = _outcome_metadata(outcome)
         if cell.snapshot:
@@ -571,7 +542,6 @@ class CellboxKernel(Kernel):
             for error in cell.errors:  # one the cell showed and carried on after (a MemoryError caught)
                 if not error.pop("published", False):
                     self.send_response(self.iopub_socket, "error", error)
-            self._good_sources.append(code)
             return {
                 "status": "ok",
                 "execution_count": self.execution_count,
@@ -716,17 +686,35 @@ class CellboxKernel(Kernel):
 
         return is_complete(code)
 
-    def do_complete(self, code: str, cursor_pos: int) -> dict[str, Any]:  # type: ignore[override]
-        """Completions from jedi over the source of the cells that ran (parsed, never executed)."""
-        from .completion import complete
+    def _beside(self) -> Beside | None:
+        """Where completion and inspection run: the session, beside its latest state; ``None`` when not now.
 
-        return complete(self._good_sources, code, cursor_pos, self.notebook_dir)
+        Not while a cell runs (the session runs one process at a time, and the
+        cell comes first): the frontend then gets the empty reply at once.
+        """
+        server = self._forkserver
+        if server is None or not self.carry_state or self._running is not None:
+            return None
+        return Beside(server, self.task, self.notebook_dir, self.cell_isolation(), self.session_limits)
 
-    def do_inspect(self, code: str, cursor_pos: int, detail_level: int = 0, omit_sections: Any = ()) -> dict[str, Any]:  # type: ignore[override]
-        """Signature and docstring of the name at the cursor, from jedi."""
-        from .completion import inspect
+    async def do_complete(self, code: str, cursor_pos: int) -> dict[str, Any]:  # type: ignore[override]
+        """IPython's completions on the live namespace, from a run beside the state (:mod:`.beside`)."""
+        place = self._beside()
+        if place is None:
+            return empty_complete_reply(cursor_pos)
+        content = await asyncio.to_thread(run_beside, place, {"op": "complete", "code": code, "cursor_pos": cursor_pos})
+        return complete_reply(content, code, cursor_pos)
 
-        return inspect(self._good_sources, code, cursor_pos, self.notebook_dir, detail_level)
+    async def do_inspect(  # type: ignore[override]
+        self, code: str, cursor_pos: int, detail_level: int = 0, omit_sections: Any = ()
+    ) -> dict[str, Any]:
+        """IPython's inspector on the live namespace (signature, docstring), from a run beside the state."""
+        place = self._beside()
+        if place is None:
+            return inspect_reply(None)
+        request = {"op": "inspect", "code": code, "cursor_pos": cursor_pos, "detail_level": int(detail_level)}
+        request["omit_sections"] = [str(section) for section in omit_sections or ()]
+        return inspect_reply(await asyncio.to_thread(run_beside, place, request))
 
     def do_history(  # type: ignore[override]
         self,
@@ -1044,7 +1032,13 @@ def _outcome_metadata(outcome: Outcome) -> dict[str, Any]:
 
 
 def main() -> None:
-    """Start the kernel: ``python -m cellbox.kernel -f CONNECTION_FILE``."""
+    """Start the kernel: ``python -E -P -m cellbox.kernel -f CONNECTION_FILE`` (the kernelspec's flags).
+
+    Whatever the flags, the folder it starts in (the notebook's, which cells
+    write) leaves ``sys.path`` before anything else is imported
+    (:func:`~cellbox.sandbox.importpath.trusted_sys_path`).
+    """
+    trusted_sys_path()
     from ipykernel.kernelapp import IPKernelApp
 
     class CellboxKernelApp(IPKernelApp):  # type: ignore[misc]

@@ -32,7 +32,8 @@ Snapshots, the chain, and the commands forked from them are in :mod:`cellbox.san
 
 Requests on the kernel's socket, one JSON message each (fds beside, as
 SCM_RIGHTS, unix(7)), one reply each: ``run`` (the run's spec and pipes;
-reply: the command's pid), ``settle`` (keep or drop the newest snapshot),
+reply: the command's pid; with ``"beside"``, a run forked from the latest
+snapshot that leaves none, which does not take the next cell's spare), ``settle`` (keep or drop the newest snapshot),
 ``undo`` (drop the last N kept snapshots), ``stat`` (sizes).
 """
 
@@ -48,6 +49,7 @@ import sys
 import time
 
 from . import _launch, snapshots
+from .importpath import trusted_sys_path
 from .snapshots import (
     Chain,
     Snapshot,
@@ -324,7 +326,8 @@ class Keeper:
             self.settle(False)  # never settled: the kernel moved on without it
         self.check_held()
         earlier, self.spare_note = self.spare_note, None
-        spare = self.take_spare(request)
+        # A run beside the state (completion, inspection) leaves the spare to the next cell.
+        spare = None if request.get("beside") else self.take_spare(request)
         self.set_processes(request)
         pid = following = problem = None
         try:
@@ -849,6 +852,8 @@ def own_pids_cgroup():
 
 
 def main():
+    # Started with KEEPER_FLAGS; this also holds for a keeper started without them, before the preload.
+    trusted_sys_path()
     config = json.loads(sys.argv[1])
     set_name(KEEPER_NAME)
     sock = socket.socket(fileno=int(config.get("fd", 3)))

@@ -50,6 +50,7 @@ from importlib.util import find_spec
 from typing import Any
 
 from .environment import TaskDirectory, build_environment
+from .importpath import KEEPER_FLAGS
 from .isolation import BWRAP_LAYERS, Isolation, landlock_rules, make_plan, probe
 from .limits import Limits
 from .outcome import Outcome
@@ -111,6 +112,7 @@ class _Setup:
     isolation: Isolation
     cwd: str
     undo_depth: int
+    beside: tuple[str, ...] = ()
 
 
 class _Server:
@@ -131,7 +133,9 @@ class _Server:
         )
         try:
             self.run = start(
-                [sys.executable, "-m", "cellbox.sandbox.keeper", json.dumps(config)],
+                # KEEPER_FLAGS: nothing of the folder it starts in (the notebook's) or of its home (the
+                # task's home/, which cells write) is imported by the keeper or the snapshots it forks.
+                [sys.executable, *KEEPER_FLAGS, "-m", "cellbox.sandbox.keeper", json.dumps(config)],
                 limits=_server_limits(),
                 task=setup.task,
                 cwd=setup.cwd,
@@ -282,6 +286,9 @@ class ForkServer:
             latest kept snapshot and leaves a new one (see :meth:`settle`);
             other runs are always forked from the pristine base.
         undo_depth: kept snapshots beyond the current one, for :meth:`undo`.
+        beside: entry modules of runs **beside** the state (with ``carry=True``): each is forked from the
+            latest kept snapshot, as a cell is, and leaves none (it is discarded); the next cell's
+            spare is kept for it.  The kernel answers completion and inspection so.
         warm: the runs' entry module, when preloaded: the keeper imports it first and calls its
             ``prepare_process()``, the base snapshot calls its ``warm_start()``, and every run
             of it starts from its code already compiled (the kernel's cell runner builds
@@ -306,6 +313,7 @@ class ForkServer:
         undo_depth: int = 0,
         warm: str | None = None,
         handoff_timeout: float = HANDOFF_TIMEOUT,
+        beside: Sequence[str] = (),
     ) -> None:
         names = tuple(preload)
         self._own_task = task is None
@@ -317,6 +325,7 @@ class ForkServer:
             isolation=isolation or Isolation(mode="none"),
             cwd=os.path.abspath(cwd if cwd is not None else self.task.work),
             undo_depth=max(0, int(undo_depth)),
+            beside=tuple(beside),
         )
         self.carry = carry
         self.handoff_timeout = handoff_timeout
@@ -520,7 +529,7 @@ class ForkServer:
             size = int(server.hello.get("vm_size", 0))
         if wanted != have:
             return f"the run's isolation ({', '.join(sorted(wanted)) or 'none'}) is not the session's"
-        carried = self.carry and argv[2] == self.setup.warm
+        carried = self.carry and (argv[2] == self.setup.warm or argv[2] in self.setup.beside)
         # A pristine run starts with the base's address space, which RLIMIT_AS counts. A carried
         # cell holds the session's state too: a limit below it is that cell's memory_limit.
         if not carried and limits.memory is not None and limits.memory < size + MEMORY_HEADROOM:
@@ -544,13 +553,14 @@ class ForkServer:
                 within :attr:`handoff_timeout` seconds (it is then replaced).
         """
         carried = self.carry and request["argv"][2] == self.setup.warm
+        beside = self.carry and request["argv"][2] in self.setup.beside
         # The session decided the user, the namespaces, the Landlock domain (or the signal scope) and
         # the pids cgroup once, for all its runs: a domain per run would nest deeper at every cell.
         request = {
             k: v for k, v in request.items() if k not in ("uid", "gid", "groups", "user", "landlock", "signal_scope")
         }
-        request.update(snapshot=carried, cgroup=None)
-        request["from"] = "current" if carried else "base"
+        request.update(snapshot=carried, cgroup=None, beside=beside)
+        request["from"] = "current" if carried or beside else "base"
         request["op"] = "run"
         with self._lock:
             server = self._ensure()

@@ -223,7 +223,9 @@ def run_command(request, named):
                 keep.add(named["snapshot"])
             close_other_fds(keep)
             replace_environment(request["env"])
-            sys.path[0] = os.getcwd()  # as `python -m` puts the working directory first
+            # As `python -m` puts the working directory first: in the run's own process only (the
+            # keeper and its snapshots have none, see importpath.KEEPER_FLAGS).
+            sys.path.insert(0, os.getcwd())
             reseed()
         prepare_entry(request["argv"][2])
     except OSError as exc:
