@@ -97,4 +97,5 @@ def grade_on_cluster(
                     verdict=Verdict.UNVERIFIED,
                     reason=f"grader error on the cluster: {type(exc).__name__}: {first}",
                 )
+                result.fill_tests(suite.expected)
             record(result)

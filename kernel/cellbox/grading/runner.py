@@ -187,9 +187,13 @@ class GradingRun:
 
 
 def print_summary(results: list[SubmissionResult], stream: Any = None) -> None:
-    """One line per verdict count, for the terminal."""
+    """The verdict counts on one line, and what the per-test counts of the reports mean on the next."""
+    from .reports import COUNTS_MEANING
+
     stream = stream or sys.stderr
     counts: dict[str, int] = {}
     for result in results:
         counts[result.verdict.label] = counts.get(result.verdict.label, 0) + 1
     print(", ".join(f"{label}: {n}" for label, n in sorted(counts.items())), file=stream)
+    tests = max((result.total for result in results), default=0)
+    print(f"per submission, {tests} instructor tests: {COUNTS_MEANING}", file=stream)

@@ -53,11 +53,12 @@ from ..sandbox.limits import Limits
 from ..sandbox.outcome import Outcome, Status
 from ..sandbox.runs import Run, resolve_user, start
 from ..sandbox.session import ForkServer
-from ..verdict import Verdict, judge
+from ..verdict import Judgement, Verdict, judge
 from .connection import ProcessSpec, offered_modules
 from .evidence import EvidenceRecorder
+from .imports import missing_reason, own_modules, refused
 from .results import SubmissionResult
-from .submissions import Layout, Submission, SubmissionError, lay_out
+from .submissions import Layout, Submission, SubmissionError, lay_out, requirement_names
 from .venvs import BaseLibrary, create_venv, pip_install_command
 
 __all__ = [
@@ -151,8 +152,11 @@ def _trusted_env() -> dict[str, str]:
     return {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
-def collect_tests(tests: Path, limits: Limits = COLLECT_LIMITS) -> tuple[str, ...]:
+def collect_tests(tests: Path, limits: Limits = COLLECT_LIMITS) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The node ids pytest collects from the instructor tests in ``tests`` (a grader-owned copy), with no submission.
+
+    Returns the node ids, and the top-level names the tests imported that the
+    grader's Python lacks (the submission's modules, or a missing library).
 
     Every module a test imports that is not found in the grader's environment
     or the tests' folder is a placeholder (:mod:`cellbox.grading.trusted`), so
@@ -183,7 +187,7 @@ def collect_tests(tests: Path, limits: Limits = COLLECT_LIMITS) -> tuple[str, ..
             f"the tests could not be collected (pytest: {outcome.status.value}, "
             f"exit {outcome.exit_code}): {_last_line(outcome)}"
         )
-    return recorder.collected
+    return recorder.collected, recorder.imports
 
 
 def file_digests(root: Path) -> dict[str, str]:
@@ -216,6 +220,9 @@ class Suite:
             (``--resume`` compares them with the first run's).
         only: when ``--tests`` named one file: the files copied (it and a
             ``conftest.py`` beside it); ``None`` copies the whole folder.
+        imports: top-level names the tests import that the grader's Python lacks (found at collection).
+        modules: the submission's modules as the instructor named them (``--modules``), or ``None``
+            for the default rules (:mod:`cellbox.grading.imports`).
     """
 
     root: Path
@@ -223,10 +230,16 @@ class Suite:
     expected: tuple[str, ...]
     only: tuple[str, ...] | None = None
     digests: dict[str, str] = dataclasses.field(default_factory=dict)
+    imports: tuple[str, ...] = ()
+    modules: tuple[str, ...] | None = None
+
+    def lacking(self) -> tuple[str, ...]:
+        """Names the tests import that the grader's Python lacks and no submission may serve."""
+        return tuple(name for name in self.imports if refused(name, self.modules))
 
     @classmethod
-    def find(cls, path: str | os.PathLike[str]) -> Suite:
-        """The suite at ``path``: a folder of tests, or one test file.
+    def find(cls, path: str | os.PathLike[str], modules: tuple[str, ...] | None = None) -> Suite:
+        """The suite at ``path``: a folder of tests, or one test file; ``modules`` as ``--modules`` named them.
 
         Raises:
             SuiteError: nothing there, no ``test_*.py`` / ``*_test.py`` file, no
@@ -235,7 +248,7 @@ class Suite:
         given = Path(path).resolve()
         if given.is_file() and given.suffix == ".py":
             only = tuple(name for name in (given.name, "conftest.py") if (given.parent / name).is_file())
-            return cls._checked(given.parent, (given.name,), only, path)
+            return dataclasses.replace(cls._checked(given.parent, (given.name,), only, path), modules=modules)
         if not given.is_dir():
             raise SuiteError(f"{path}: no such tests folder or test file")
         found = {
@@ -246,7 +259,7 @@ class Suite:
         }
         if not found:
             raise SuiteError(f"{path}: no tests found (files named test_*.py or *_test.py)")
-        return cls._checked(given, tuple(sorted(found)), None, path)
+        return dataclasses.replace(cls._checked(given, tuple(sorted(found)), None, path), modules=modules)
 
     @classmethod
     def _checked(cls, root: Path, files: tuple[str, ...], only: tuple[str, ...] | None, given: object) -> Suite:
@@ -255,14 +268,14 @@ class Suite:
         try:
             tests = suite.copy_to(folder / "tests")
             digests = file_digests(tests)
-            expected = collect_tests(tests)
+            expected, imports = collect_tests(tests)
         except SuiteError as exc:
             raise SuiteError(f"{given}: {exc}") from None
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         if not expected:
             raise SuiteError(f"{given}: no tests found (pytest collected nothing from {', '.join(files)})")
-        return dataclasses.replace(suite, expected=expected, digests=digests)
+        return dataclasses.replace(suite, expected=expected, digests=digests, imports=imports)
 
     def copy_to(self, dest: Path) -> Path:
         """Copy the tests into ``dest`` (a new folder) and return it."""
@@ -281,6 +294,8 @@ class Suite:
             "expected": list(self.expected),
             "only": list(self.only) if self.only else None,
             "digests": self.digests,
+            "imports": list(self.imports),
+            "modules": None if self.modules is None else list(self.modules),
         }
 
     @classmethod
@@ -292,6 +307,8 @@ class Suite:
             expected=tuple(data["expected"]),
             only=tuple(only) if only else None,
             digests=dict(data.get("digests") or {}),
+            imports=tuple(data.get("imports") or ()),
+            modules=None if data.get("modules") is None else tuple(data["modules"]),
         )
 
 
@@ -536,7 +553,9 @@ def trusted_limits(limits: Limits) -> Limits:
     )
 
 
-def _run_config(space: _Workspace, layout: Layout, python: Path, lib: Path, settings: GradeSettings) -> Path:
+def _run_config(
+    space: _Workspace, layout: Layout, python: Path, lib: Path, settings: GradeSettings, suite: Suite
+) -> Path:
     """Write the trusted process's config (how to start the submission's process) into the grader directory."""
     venv = python.parent.parent
     spec = ProcessSpec(
@@ -548,9 +567,13 @@ def _run_config(space: _Workspace, layout: Layout, python: Path, lib: Path, sett
         isolation=settings.isolation,
         env=_venv_env(venv),
     )
+    offered = offered_modules(layout.root, venv)
+    own = own_modules(offered, requirement_names(layout), suite.modules)
     config = {
         "tests": str(space.grader / "tests"),
-        "offered": offered_modules(layout.root, venv),
+        "offered": own,
+        "withheld": sorted(set(offered) - set(own)),
+        "named": None if suite.modules is None else list(suite.modules),
         "test_timeout": settings.test_timeout,
         "process": spec.to_json(),
     }
@@ -570,7 +593,7 @@ def _run_tests(
     lib = base.copy_to(space.task.path / "lib")
     tests = suite.copy_to(space.grader / "tests")
     (space.grader / "pytest.ini").write_text(PYTEST_INI)
-    config = _run_config(space, layout, python, lib, settings)
+    config = _run_config(space, layout, python, lib, settings, suite)
     before = _instructor_digests(space.grader)
     nonce = secrets.token_hex(16)
     recorder = EvidenceRecorder(nonce, suite.expected)
@@ -596,6 +619,9 @@ def _run_tests(
 def _grade_in(
     space: _Workspace, submission: Submission, suite: Suite, settings: GradeSettings, base: BaseLibrary
 ) -> SubmissionResult:
+    lacking = suite.lacking()
+    if lacking:
+        return _result(submission, Verdict.UNVERIFIED, missing_reason(lacking[0]))
     layout = lay_out(submission, space.task.work / "submission")
     python = create_venv(space.task.path / "venv")
     space.give(layout.root)
@@ -609,6 +635,8 @@ def _grade_in(
             return _result(submission, verdict, reason, install=install.to_json())
     recorder, outcome = _run_tests(space, layout, python, suite, settings, base)
     judgement = judge(outcome.exit_code, recorder.evidence(), outcome)
+    if recorder.missing_modules and judgement.verdict is not Verdict.TIMED_OUT:
+        judgement = Judgement(Verdict.UNVERIFIED, missing_reason(recorder.missing_modules[0]))
     return _result(
         submission,
         judgement.verdict,
@@ -645,6 +673,7 @@ def grade_submission(
         result = _result(submission, Verdict.UNVERIFIED, str(exc))
     finally:
         space.remove()
+    result.fill_tests(suite.expected)
     result.duration = time.monotonic() - started
     return result
 
@@ -666,9 +695,11 @@ def grade_safely(
         return grade_submission(submission, suite, settings, base, switch)
     except Exception as exc:  # noqa: BLE001 - one submission's failure must not stop the others
         first = str(exc).splitlines()[0] if str(exc) else ""
-        return _result(
+        result = _result(
             submission,
             Verdict.UNVERIFIED,
             f"grader error: {type(exc).__name__}: {first}",
             duration=time.monotonic() - started,
         )
+        result.fill_tests(suite.expected)
+        return result
