@@ -51,6 +51,11 @@ def add_parser(subparsers: Any) -> None:
         help="grade on this dask.distributed scheduler instead (workers share the filesystem)",
     )
     parser.add_argument(
+        "--modules",
+        metavar="NAME,...",
+        help="the submission's own modules, exactly (default: see docs/grading.md, 'Whose modules')",
+    )
+    parser.add_argument(
         "--resume",
         action="store_true",
         help="keep the rows of an earlier results.json in --out; grade only the missing ones",
@@ -186,7 +191,8 @@ def _grading_run(args: argparse.Namespace) -> Any:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {args.out}: exists and is not a folder")
     try:
-        suite = Suite.find(args.tests)
+        modules = tuple(n.strip() for n in args.modules.split(",") if n.strip()) if args.modules else None
+        suite = Suite.find(args.tests, modules)
         # The reports folder and the tests may sit inside the submissions folder: they are not submissions.
         own = {str(out.resolve()), str(suite.root)}
         submissions = [item for item in discover(args.submissions) if item.path not in own]

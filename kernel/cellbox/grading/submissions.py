@@ -21,8 +21,8 @@ grader, which only reads their JSON: code cells are joined in order into
 ``<notebook>.ipynb.py``, run by the module ``<name>.py`` once, in a module named
 ``__main__`` as under a kernel (work under ``if __name__ == "__main__":`` runs;
 importing the module again, or as ``submission``, does not run it again),
-where ``<name>`` is the notebook's file name without ``.ipynb``, every character other than a letter, digit or ``_`` replaced by
-``_``, and ``nb_`` put in front when it starts with a digit
+where ``<name>`` is the notebook's file name without ``.ipynb``, every
+character other than a letter, digit or ``_`` replaced by ``_``, and ``nb_`` put in front when it starts with a digit
 (``01-subprocess.ipynb`` -> ``nb_01_subprocess``).  A notebook submission, or a
 folder with exactly one notebook and no ``submission.py``, is also importable
 as ``submission`` (the same module object).  Left out: cells tagged
