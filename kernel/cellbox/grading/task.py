@@ -5,8 +5,12 @@ removed afterwards whatever happens):
 
 1. lay the submission out in ``work/submission`` (:func:`~cellbox.grading.submissions.lay_out`);
 2. make a virtualenv without pip in ``venv/``;
-3. when it has a package or a ``requirements.txt``: ``pip install`` it, in the
-   sandbox, under the grading limits and isolation (plus the network);
+3. when it has a package or a ``requirements.txt``: the grader's side fetches
+   the wheels it declares (:mod:`cellbox.grading.wheelhouse`, with the
+   network, nothing of the submission run), then ``pip install --no-index``
+   installs it from them, in the sandbox, under the grading limits and
+   isolation, with the network off and the grader's site directories out of
+   view (:func:`~cellbox.grading.venvs.grader_site_hidden`);
 4. copy the worker library (:class:`~cellbox.grading.venvs.BaseLibrary`) into
    the task directory, and the instructor tests and ``pytest.ini`` into a
    grader directory *beside* it (never inside: the submission may write
@@ -59,7 +63,8 @@ from .evidence import EvidenceRecorder
 from .imports import missing_reason, own_modules, refused
 from .results import SubmissionResult
 from .submissions import Layout, Submission, SubmissionError, lay_out, requirement_names
-from .venvs import BaseLibrary, create_venv, pip_install_command
+from .venvs import BaseLibrary, create_venv, grader_site_hidden, pip_install_command
+from .wheelhouse import fetch_command, offline_layers, requirements_of
 
 __all__ = [
     "Suite",
@@ -321,8 +326,8 @@ class GradeSettings:
         find_links: a folder or URL of wheels pip may install from (``--find-links``).
         task_root: the folder task directories are made in (default: the system temp folder).
         isolation: the namespace layers of the install and of the submission's
-            process (:class:`~cellbox.sandbox.isolation.Isolation`); the install also
-            gets the network (pip needs the index).
+            process (:class:`~cellbox.sandbox.isolation.Isolation`); both run with
+            the network off, whatever it says (the grader's side fetches what the install needs).
         test_timeout: seconds each test may spend in calls into the submission
             when it has no ``timeout`` marker; ``None``: only the whole run's wall time.
     """
@@ -383,14 +388,53 @@ def _last_line(outcome: Outcome) -> str:
     return (errors or lines or ["no output"])[-1][:300]
 
 
-def _install(layout: Layout, python: Path, space: _Workspace, settings: GradeSettings) -> Outcome:
-    command = pip_install_command(
-        python, package=layout.package, requirements=layout.requirements, find_links=settings.find_links
+# Variables of the grader's environment its pip download keeps: pip's own settings, proxies, CA bundles.
+_FETCH_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy", "SSL_CERT_FILE")
+
+
+def _fetch(layout: Layout, wheelhouse: Path, space: _Workspace, settings: GradeSettings) -> Outcome | None:
+    """The grader's ``pip download`` of what ``layout`` declares into ``wheelhouse``; ``None``: nothing to fetch.
+
+    The grader's side, with the network: pip reads only the specifiers the
+    grader wrote (:func:`requirements_of` checked them) and takes wheels only.
+
+    Raises:
+        RequirementError: a requirement the grader will not fetch (the submission's row says which).
+    """
+    requirements = requirements_of(layout)
+    if not requirements:
+        return None
+    listed = space.grader / "requirements.txt"
+    listed.write_text("".join(f"{line}\n" for line in requirements))
+    env = {name: value for name, value in os.environ.items() if name.startswith("PIP_") or name in _FETCH_ENV}
+    return space.switch.run(
+        fetch_command(listed, wheelhouse, settings.find_links),
+        limits=trusted_limits(settings.limits),
+        cwd=space.grader,
+        env=env,
+        isolation=Isolation(mode="none"),
     )
-    # pip needs the package index; what it builds and installs stays in the task directory.
-    isolation = dataclasses.replace(settings.isolation, network=True)
+
+
+def _install(layout: Layout, python: Path, wheelhouse: Path, space: _Workspace, settings: GradeSettings) -> Outcome:
+    """``pip install --no-index`` from ``wheelhouse``, in the sandbox, offline, the grader's packages out of view."""
+    command = pip_install_command(
+        python, package=layout.package, requirements=layout.requirements, wheelhouse=wheelhouse
+    )
     return space.run(
-        command, limits=settings.limits, cwd=layout.root, env=_venv_env(python.parent.parent), isolation=isolation
+        command,
+        limits=settings.limits,
+        cwd=layout.root,
+        env=_venv_env(python.parent.parent),
+        isolation=_without_grader_packages(settings.isolation, keep=("pip",)),
+    )
+
+
+def _without_grader_packages(isolation: Isolation, keep: tuple[str, ...] = ()) -> Isolation:
+    """``isolation`` with the network off and the grader's site directories covered, but for ``keep``."""
+    hidden, shown = grader_site_hidden(keep)
+    return dataclasses.replace(
+        isolation, network=False, hidden=(*isolation.hidden, *hidden), read_only=(*isolation.read_only, *shown)
     )
 
 
@@ -564,7 +608,7 @@ def _run_config(
         root=str(layout.root),
         task=str(space.task.path),
         limits=settings.limits,
-        isolation=settings.isolation,
+        isolation=_without_grader_packages(settings.isolation),
         env=_venv_env(venv),
     )
     offered = offered_modules(layout.root, venv)
@@ -628,11 +672,20 @@ def _grade_in(
     space.give(space.task.path / "venv")
     install = None
     if layout.package or layout.requirements:
-        install = _install(layout, python, space, settings)
-        if install.status is not Status.OK:
-            verdict = Verdict.TIMED_OUT if install.status is Status.TIMED_OUT else Verdict.UNVERIFIED
-            reason = f"install ended with status {install.status.value}: {_last_line(install)}"
-            return _result(submission, verdict, reason, install=install.to_json())
+        wheelhouse = space.task.path / "wheelhouse"
+        wheelhouse.mkdir()
+        fetch = _fetch(layout, wheelhouse, space, settings)
+        if fetch is not None and fetch.status is not Status.OK:
+            verdict = Verdict.TIMED_OUT if fetch.status is Status.TIMED_OUT else Verdict.UNVERIFIED
+            reason = f"fetching the requirements ended with status {fetch.status.value}: {_last_line(fetch)}"
+            return _result(submission, verdict, reason, install={**fetch.to_json(), "step": "fetch"})
+        space.give(wheelhouse)
+        ran = _install(layout, python, wheelhouse, space, settings)
+        install = {**ran.to_json(), "step": "install", "offline": offline_layers(ran.isolation)}
+        if ran.status is not Status.OK:
+            verdict = Verdict.TIMED_OUT if ran.status is Status.TIMED_OUT else Verdict.UNVERIFIED
+            reason = f"install ended with status {ran.status.value}: {_last_line(ran)}"
+            return _result(submission, verdict, reason, install=install)
     recorder, outcome = _run_tests(space, layout, python, suite, settings, base)
     judgement = judge(outcome.exit_code, recorder.evidence(), outcome)
     if recorder.missing_modules and judgement.verdict is not Verdict.TIMED_OUT:
@@ -643,7 +696,7 @@ def _grade_in(
         judgement.reason,
         tests=recorder.tests(),
         running=recorder.running,
-        install=install.to_json() if install else None,
+        install=install,
         run=outcome.to_json(),
         submission_runs=recorder.runs,
     )
