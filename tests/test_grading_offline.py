@@ -31,7 +31,7 @@ LIMITS = Limits(wall_time=120, cpu_time=60, memory=2 * 1024**3)
 
 # An in-tree PEP 517 backend (no build requirements) that builds a wheel holding fib.py by hand, after
 # trying to reach the grader's 127.0.0.1:PORT and to import the grader's distributed.
-BACKEND = '''
+BACKEND = """
 import base64, hashlib, io, os, socket, sys, zipfile
 
 FIB = {fib!r}
@@ -72,7 +72,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
         record.append("offline_fib-1.0.dist-info/RECORD,,")
         wheel.writestr("offline_fib-1.0.dist-info/RECORD", "\\n".join(record) + "\\n")
     return name
-'''
+"""
 
 PYPROJECT = """
 [build-system]

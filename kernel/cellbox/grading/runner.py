@@ -101,7 +101,8 @@ class GradingRun:
         settings: limits and install options.
         out: the reports folder (``results.json`` is kept up to date there).
         jobs: submissions graded at once on this machine.
-        dask: address of a ``dask.distributed`` scheduler, or ``None`` for local threads.
+        dask: address of a ``dask.distributed`` scheduler (``tls://``), ``"local"`` for a cluster of
+            ``jobs`` worker processes started for this run, or ``None`` for local threads.
         resume: keep rows of an earlier ``results.json`` and grade only the rest.
     """
 
@@ -162,7 +163,7 @@ class GradingRun:
             if todo and self.dask:
                 from .cluster import grade_on_cluster
 
-                grade_on_cluster(self.dask, todo, self.suite, self.settings, record)
+                grade_on_cluster(self.dask, todo, self.suite, self.settings, record, workers=self.jobs)
             elif todo:
                 self._grade_locally(todo, record)
         finally:
