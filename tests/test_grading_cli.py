@@ -14,7 +14,7 @@ import pytest
 from cellbox.cli import main
 from cellbox.grading.reports import CSV_FIELDS
 from cellbox.verdict import COLOURS, Verdict
-from grading_cases import CASES, DAEMON_MARKER, write_cases, write_suite, write_tree
+from grading_cases import CASES, DAEMON_MARKER, INSTRUCTOR_TOTAL, write_cases, write_suite, write_tree
 from sandboxkit import survivors
 
 QUICK = ["honest", "buggy", "missing", "early_exit"]
@@ -66,13 +66,14 @@ def test_results_json_has_one_row_per_submission_with_figures(graded: Path) -> N
 def test_grades_csv_is_one_row_per_submission(graded: Path) -> None:
     with open(graded / "out" / "grades.csv", newline="") as handle:
         table = list(csv.reader(handle))
-    assert tuple(table[0]) == CSV_FIELDS == ("id", "verdict", "passed", "failed", "errors", "total", "score")
+    assert tuple(table[0]) == CSV_FIELDS
+    assert CSV_FIELDS == ("id", "verdict", "passed", "failed", "errors", "skipped", "not_run", "total", "score")
     by_id = {row[0]: row for row in table[1:]}
     assert sorted(by_id) == sorted(QUICK)
-    assert by_id["honest"] == ["honest", "verified", "5", "0", "0", "5", "100.00"]
-    assert by_id["buggy"] == ["buggy", "failed", "1", "4", "0", "5", "20.00"]
-    # The verdict entry of a run that is not verified or failed is an error, here as in junit.xml.
-    assert by_id["missing"] == ["missing", "unverified", "0", "0", "1", "1", "0.00"]
+    assert by_id["honest"] == ["honest", "verified", "5", "0", "0", "0", "0", "5", "100.00"]
+    assert by_id["buggy"] == ["buggy", "failed", "1", "4", "0", "0", "0", "5", "20.00"]
+    # Each instructor test once: a run that collected nothing has all five not run.
+    assert by_id["missing"] == ["missing", "unverified", "0", "0", "0", "0", "5", "5", "0.00"]
 
 
 def test_junit_xml_has_a_testsuite_per_submission(graded: Path) -> None:
@@ -95,20 +96,16 @@ def test_every_report_gives_the_same_counts(graded: Path) -> None:
     suites = {suite.get("name"): suite for suite in ET.parse(graded / "out" / "junit.xml").getroot()}
     with open(graded / "out" / "grades.csv", newline="") as handle:
         table = {row["id"]: row for row in csv.DictReader(handle)}
+    names = ("passed", "failed", "errors", "skipped", "not_run", "total")
     for key, row in rows(graded).items():
-        counts = (row["passed"], row["failed"], row["errors"], row["total"])
-        assert tuple(int(table[key][name]) for name in ("passed", "failed", "errors", "total")) == counts
+        counts = tuple(row[name] for name in names)
+        assert tuple(int(table[key][name]) for name in names) == counts
+        assert sum(counts[:-1]) == row["total"] == INSTRUCTOR_TOTAL, key
         suite = suites[key]
-        junit = (
-            int(suite.get("tests", "0"))
-            - int(suite.get("failures", "0"))
-            - int(suite.get("errors", "0"))
-            - int(suite.get("skipped", "0")),
-            int(suite.get("failures", "0")),
-            int(suite.get("errors", "0")),
-            int(suite.get("tests", "0")),
-        )
-        assert junit == counts, key
+        # junit.xml has the same test cases, not-run ones as errors, plus the verdict case of a run not judged.
+        entry = int(row["verdict"] not in ("verified", "failed"))
+        junit = tuple(int(suite.get(name, "0")) for name in ("tests", "failures", "errors", "skipped"))
+        assert junit == (row["total"] + entry, row["failed"], row["errors"] + row["not_run"] + entry, row["skipped"])
 
 
 def test_report_html_is_self_contained_and_colours_by_exact_value(graded: Path) -> None:

@@ -3,7 +3,8 @@
 pytest's exit status 0 is necessary and not sufficient (design.md, "Verdict").
 A run is ``verified`` only with positive :class:`Evidence`, written by a
 reporter the grader owns and tied to a per-run nonce, that every collected
-instructor test ran and passed in this run.  Exit 1 with complete evidence of
+instructor test ran in this run, none failed (pytest's count: ``xfail``, ``skip``
+and a non-strict ``xpass`` do not fail a run) and one passed.  Exit 1 with complete evidence of
 failures is ``failed``.  Exit 2 to 6 (pytest's ``ExitCode``: interrupted or a
 collection error, internal error, usage error, nothing collected), missing or
 inconsistent evidence, or an early exit are ``unverified``.  The wall deadline
@@ -180,8 +181,9 @@ def judge(exit_code: int | None, evidence: Evidence, outcome: Outcome) -> Judgem
 
     Order: the wall deadline first (``timed_out``, naming the running test),
     then any other way the sandbox stopped the run, then pytest's exit status,
-    then the evidence.  Only exit 0 with complete evidence that every collected
-    test passed is ``verified``.
+    then the evidence.  Only exit 0 with complete evidence that no collected
+    test failed or errored, and one passed, is ``verified`` (pytest's own
+    rule: ``skipped``, ``xfailed`` and ``xpassed`` keep a run green).
     """
     if outcome.status is Status.TIMED_OUT:
         where = f" while running {evidence.running}" if evidence.running else ""
@@ -198,21 +200,41 @@ def judge(exit_code: int | None, evidence: Evidence, outcome: Outcome) -> Judgem
     gap = evidence.gap(exit_code)
     if gap is not None:
         return Judgement(Verdict.UNVERIFIED, gap)
+    return _judge_outcomes(exit_code, evidence)
+
+
+# Outcomes pytest does not count as a failure of the run (exit status 0), and those it does (exit status 1).
+GREEN_OUTCOMES = ("passed", "xpassed", "skipped", "xfailed")
+RED_OUTCOMES = ("failed", "error")
+
+
+def _judge_outcomes(exit_code: int | None, evidence: Evidence) -> Judgement:
+    """The verdict of a complete record: pytest's own rule (a run is red only for a failure or an error).
+
+    ``xfail``, ``skip`` and a non-strict ``xpass`` keep a run green, as in
+    pytest; a strict ``xpass`` arrives as ``failed``.  ``verified`` also needs
+    one test that passed: a run of skips alone is no evidence.
+    """
     total = len(evidence.outcomes)
-    passed = evidence.count("passed")
-    if passed == total:
-        if exit_code == 0:
-            return Judgement(Verdict.VERIFIED, f"all {total} tests passed")
-        return Judgement(Verdict.UNVERIFIED, f"pytest exited with 1, yet all {total} tests reported passed")
-    failing = evidence.count("failed") + evidence.count("error")
-    if exit_code == 0 and failing:
-        return Judgement(Verdict.UNVERIFIED, f"pytest exited with 0, yet {failing} tests reported failed")
+    passed = evidence.count("passed") + evidence.count("xpassed")
+    failing = sum(evidence.count(name) for name in RED_OUTCOMES)
     summary = ", ".join(
         f"{evidence.count(name)} {name}"
         for name in ("failed", "error", "skipped", "xfailed", "xpassed")
         if evidence.count(name)
     )
-    return Judgement(Verdict.FAILED, f"{passed} of {total} tests passed ({summary})")
+    counted = f" ({summary})" if summary else ""
+    if failing:
+        if exit_code == 0:
+            return Judgement(Verdict.UNVERIFIED, f"pytest exited with 0, yet {failing} tests reported failed")
+        return Judgement(Verdict.FAILED, f"{passed} of {total} tests passed{counted}")
+    if exit_code != 0:
+        return Judgement(Verdict.UNVERIFIED, f"pytest exited with {exit_code}, yet no test reported a failure")
+    if not passed:
+        return Judgement(Verdict.UNVERIFIED, f"no instructor test passed{counted}")
+    if passed == total:
+        return Judgement(Verdict.VERIFIED, f"all {total} tests passed")
+    return Judgement(Verdict.VERIFIED, f"{passed} of {total} tests passed, none failed{counted}")
 
 
 def verdict_for(exit_code: int | None, evidence: Evidence, outcome: Outcome) -> Verdict:

@@ -45,7 +45,7 @@ import threading
 import time
 import types
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from execnet import gateway_base
@@ -53,6 +53,7 @@ from execnet import gateway_base
 from ..sandbox.outcome import Outcome
 from . import plain
 from .connection import ENDED_WAIT, Connection, ProcessSpec, offered_modules
+from .imports import refused
 
 _NUMPY_KINDS = "biufcSU"  # dtype kinds that cross as arrays (as in the worker)
 
@@ -524,19 +525,34 @@ class SubmissionFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     Args:
         bridge: the link to the submission's process.
-        offered: top-level names the submission offers (:func:`offered_modules`).
+        offered: the submission's own modules (:func:`cellbox.grading.imports.own_modules`):
+            any other name a test imports that this Python lacks is reported to the grader.
         tests: the tests' folder: only an import written in a file below it
             is answered, so an optional import inside pytest or a plugin never
             reaches the submission.
     """
 
-    def __init__(self, bridge: Bridge, offered: list[str], tests: str) -> None:
+    def __init__(
+        self,
+        bridge: Bridge,
+        offered: list[str],
+        tests: str,
+        named: list[str] | None = None,
+        withheld: Sequence[str] = (),
+    ) -> None:
         self.bridge = bridge
         self.offered = frozenset(offered)
         self.tests = tests.rstrip("/") + "/"
+        self.named = None if named is None else frozenset(named)
+        self.withheld = frozenset(withheld)
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if fullname.partition(".")[0] not in self.offered:
+            if "." not in fullname and refused(fullname, self.named, self.withheld) and _imported_from(self.tests):
+                # A module the tests expect from this Python, which lacks it: never the submission's answer.
+                reporter = sys.modules.get("cellbox.grading.reporter")
+                if reporter is not None:
+                    reporter.send_missing_module(fullname)
             return None
         if "." not in fullname and not _imported_from(self.tests):
             return None
@@ -600,11 +616,13 @@ def _imported_from(folder: str) -> bool:
 _BRIDGE: Bridge | None = None
 
 
-def install(bridge: Bridge, offered: list[str], tests: str) -> SubmissionFinder:
+def install(
+    bridge: Bridge, offered: list[str], tests: str, named: list[str] | None = None, withheld: Sequence[str] = ()
+) -> SubmissionFinder:
     """Make the submission's modules importable in this process through ``bridge`` (last on ``sys.meta_path``)."""
     global _BRIDGE
     _BRIDGE = bridge
-    finder = SubmissionFinder(bridge, offered, tests)
+    finder = SubmissionFinder(bridge, offered, tests, named, withheld)
     sys.meta_path.append(finder)
     return finder
 

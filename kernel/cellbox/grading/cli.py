@@ -48,7 +48,13 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--dask",
         metavar="ADDRESS",
-        help="grade on this dask.distributed scheduler instead (workers share the filesystem)",
+        help="grade on this dask.distributed scheduler instead: a tls:// address, with client credentials in "
+        "the dask config (workers share the filesystem), or 'local' for a cluster of --jobs workers of this run",
+    )
+    parser.add_argument(
+        "--modules",
+        metavar="NAME,...",
+        help="the submission's own modules, exactly (default: see docs/grading.md, 'Whose modules')",
     )
     parser.add_argument(
         "--resume",
@@ -183,11 +189,19 @@ def _grading_run(args: argparse.Namespace) -> Any:
     except IsolationError as exc:
         raise UsageError(str(exc)) from None
     _check_strict(isolation)
+    if args.dask and args.dask != "local":
+        from .cluster import ClusterError, cluster_security
+
+        try:
+            cluster_security(args.dask)  # an unauthenticated address stops here, before any collection
+        except ClusterError as exc:
+            raise UsageError(str(exc)) from None
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {args.out}: exists and is not a folder")
     try:
-        suite = Suite.find(args.tests)
+        modules = tuple(n.strip() for n in args.modules.split(",") if n.strip()) if args.modules else None
+        suite = Suite.find(args.tests, modules)
         # The reports folder and the tests may sit inside the submissions folder: they are not submissions.
         own = {str(out.resolve()), str(suite.root)}
         submissions = [item for item in discover(args.submissions) if item.path not in own]

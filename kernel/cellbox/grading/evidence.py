@@ -50,18 +50,29 @@ class TestResult:
 
 
 def _final_outcome(phases: dict[str, dict[str, Any]]) -> str:
-    """Combine setup/call/teardown reports into one outcome (as pytest's terminal summary does)."""
-    call = phases.get("call")
-    for when in ("setup", "teardown"):
-        if phases.get(when, {}).get("outcome") == "failed":
-            return "error"
-    for report in phases.values():
-        if report.get("outcome") == "skipped":
-            return "xfailed" if report.get("wasxfail") else "skipped"
-    if call is None:
+    """One outcome per test from its setup, call and teardown reports, as pytest's summary names them.
+
+    pytest counts reports, not tests: a test that passes and then fails in
+    teardown is ``1 passed, 1 error`` in its summary line.  Here each test gets
+    one outcome: ``error`` when a fixture failed in setup, ``failed`` when the
+    call failed (a strict ``xpass`` included: pytest reports it as failed),
+    ``error`` when only the teardown failed, ``xfailed``/``skipped`` for a skip
+    (pytest marks an expected failure with ``wasxfail``, in any phase), and
+    ``xpassed``/``passed`` for a call that passed.
+    """
+    setup, call, teardown = (phases.get(when, {}) for when in ("setup", "call", "teardown"))
+    if setup.get("outcome") == "failed":
+        return "error"
+    if setup.get("outcome") == "skipped":
+        return "xfailed" if setup.get("wasxfail") else "skipped"
+    if not call:
         return "error"
     if call.get("outcome") == "failed":
         return "failed"
+    if teardown.get("outcome") == "failed":
+        return "error"
+    if call.get("outcome") == "skipped":
+        return "xfailed" if call.get("wasxfail") else "skipped"
     if call.get("outcome") == "passed":
         return "xpassed" if call.get("wasxfail") else "passed"
     return "error"
@@ -80,6 +91,7 @@ class EvidenceRecorder:
 
     def __init__(self, nonce: str, expected: tuple[str, ...] | None) -> None:
         self.nonce = nonce
+        self.order = tuple(expected or ())
         self.expected = frozenset(expected) if expected is not None else None
         self.runs: list[dict[str, Any] | None] = []
         self.started = False
@@ -91,6 +103,8 @@ class EvidenceRecorder:
         self.done: list[str] = []
         self.running: str | None = None
         self.problems: list[str] = []
+        self.imports: tuple[str, ...] = ()  # while collecting: top-level names the grader's Python lacks
+        self.missing_modules: list[str] = []  # names a test imported that no one may serve
 
     def _problem(self, text: str) -> None:
         if len(self.problems) < PROBLEMS_KEPT:
@@ -168,6 +182,16 @@ class EvidenceRecorder:
         self.running = None
         self.done.append(nodeid)
 
+    def _on_imports(self, message: dict[str, Any]) -> None:
+        names = message.get("names")
+        if isinstance(names, list):
+            self.imports = tuple(str(name) for name in names[:1000])
+
+    def _on_missing_module(self, message: dict[str, Any]) -> None:
+        name = str(message.get("name"))
+        if name not in self.missing_modules and len(self.missing_modules) < PROBLEMS_KEPT:
+            self.missing_modules.append(name)
+
     def _on_runs(self, message: dict[str, Any]) -> None:
         runs = message.get("runs")
         if isinstance(runs, list):
@@ -207,10 +231,15 @@ class EvidenceRecorder:
         )
 
     def tests(self) -> list[TestResult]:
-        """One :class:`TestResult` per collected test, in collection order."""
+        """One :class:`TestResult` per instructor test (in the order of the first collection), each once.
+
+        A test this run did not collect or never finished is ``not run`` (or
+        ``running``, the one it was in when the run ended).  During the first
+        collection (no expected tests) it is one per collected test.
+        """
         outcomes = self.outcomes()
         results = []
-        for nodeid in self.collected or ():
+        for nodeid in self.order or self.collected or ():
             phases = self.phases.get(nodeid, {})
             outcome = outcomes.get(nodeid, "running" if nodeid == self.running else "not run")
             message = "\n".join(str(report.get("message") or "") for report in phases.values()).strip()

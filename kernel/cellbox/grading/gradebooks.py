@@ -62,9 +62,11 @@ def _counted(result: SubmissionResult) -> bool:
 
 def _test_entry(result: SubmissionResult, index: int) -> dict[str, Any]:
     test = result.tests[index]
-    earned = 1.0 if test.outcome == "passed" and _counted(result) else 0.0
-    lines = [test.outcome if earned or test.outcome != "passed" else "passed, but not counted"]
-    if test.outcome == "passed" and not earned:
+    passed = test.outcome in ("passed", "xpassed")
+    scored = test.outcome not in ("skipped", "xfailed")  # not scored, as in SubmissionResult.score
+    earned = 1.0 if passed and _counted(result) else 0.0
+    lines = [test.outcome if earned or not passed else f"{test.outcome}, but not counted"]
+    if passed and not earned:
         lines.append(f"{result.verdict.label}: {result.reason}")
     lines += [text for text in (test.message, test.output) if text]
     output = clean("\n".join(lines))
@@ -74,8 +76,8 @@ def _test_entry(result: SubmissionResult, index: int) -> dict[str, Any]:
         "name": clean(test.nodeid),
         "number": str(index + 1),
         "score": earned,
-        "max_score": 1.0,
-        "status": "passed" if earned else "failed",
+        "max_score": 1.0 if scored else 0.0,
+        "status": "passed" if earned or not scored else "failed",
         "output": output,
     }
 
@@ -83,9 +85,10 @@ def _test_entry(result: SubmissionResult, index: int) -> dict[str, Any]:
 def gradescope_results(result: SubmissionResult) -> dict[str, Any]:
     """One submission's ``results.json`` for Gradescope, as a JSON-ready dict.
 
-    One point per instructor test (``max_score`` 1.0); ``score`` is the sum of
-    the tests' scores, so ``score / len(tests)`` is :attr:`SubmissionResult.score`
-    in percent.  ``extra_data`` keeps cellbox's verdict.
+    One point per scored instructor test (``max_score`` 1.0; a skipped or
+    ``xfailed`` test has ``max_score`` 0.0); ``score`` is the sum of the tests'
+    scores, so ``score`` over the sum of ``max_score`` is
+    :attr:`SubmissionResult.score` in percent.  ``extra_data`` keeps cellbox's verdict.
     """
     tests = [_test_entry(result, index) for index in range(len(result.tests))]
     return {

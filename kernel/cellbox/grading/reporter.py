@@ -18,6 +18,8 @@ submission code is imported.  Events, in order::
     {"event": "report", "nonce": N, "nodeid": "...", "when": "call", "outcome": "passed",
      "duration": 0.01, "wasxfail": false, "message": "...", "output": "..."}    (per phase)
     {"event": "finished", "nonce": N, "nodeid": "..."}                           (per test)
+    {"event": "imports", "nonce": N, "names": [...]}     (collection only: names the grader lacks)
+    {"event": "missing_module", "nonce": N, "name": "numpy"}   (a test imported a module no one may serve)
     {"event": "runs", "nonce": N, "runs": [Outcome JSON of each submission process]}
     {"event": "finish", "nonce": N, "exitstatus": 0}
 
@@ -94,6 +96,16 @@ def send_runs(runs: list[Any]) -> None:
             if isinstance(run, dict) and len(str(run.get(name) or "")) > RUN_OUTPUT_KEPT:
                 run[name] = "[... cut]\n" + str(run[name])[-RUN_OUTPUT_KEPT:]
     _send("runs", runs=runs)
+
+
+def send_imports(names: list[str]) -> None:
+    """Report the top-level names the tests imported that this Python lacks (only while collecting)."""
+    _send("imports", names=names)
+
+
+def send_missing_module(name: str) -> None:
+    """Report that a test imported ``name``, which this Python lacks and the submission may not serve."""
+    _send("missing_module", name=name)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -32,7 +32,13 @@ from .results import SubmissionResult
 
 __all__ = ["write_reports", "write_csv", "write_junit", "write_html", "clean", "csv_cell", "CSV_FIELDS"]
 
-CSV_FIELDS = ("id", "verdict", "passed", "failed", "errors", "total", "score")
+CSV_FIELDS = ("id", "verdict", "passed", "failed", "errors", "skipped", "not_run", "total", "score")
+# What the counts of every report mean (grades.csv, junit.xml, report.html, the terminal).
+COUNTS_MEANING = (
+    "each instructor test counted once, as passed (xpassed too), failed (a strict xpass too), errors (a fixture's"
+    " setup or teardown failed), skipped (xfailed too) or not_run (never finished); total = the instructor tests;"
+    " score = passed / (total - skipped), and 0 unless verified or failed"
+)
 # Characters XML 1.0 does not allow, even escaped (the spec's "Char" production).
 _XML_INVALID = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what makes a spreadsheet cell a formula (OWASP CSV injection)
@@ -77,6 +83,8 @@ def write_csv(path: Path, results: list[SubmissionResult]) -> Path:
                     result.passed,
                     result.failed,
                     result.errors,
+                    result.skipped,
+                    result.not_run,
                     result.total,
                     f"{result.score:.2f}",
                 ]
@@ -102,7 +110,12 @@ def _testcase(suite: ET.Element, classname: str, name: str, seconds: float) -> E
 def _junit_suite(root: ET.Element, result: SubmissionResult) -> None:
     suite = ET.SubElement(root, "testsuite", name=_xml_text(result.id))
     properties = ET.SubElement(suite, "properties")
-    for key, value in (("verdict", result.verdict.value), ("reason", result.reason), ("score", f"{result.score}")):
+    for key, value in (
+        ("verdict", result.verdict.value),
+        ("reason", result.reason),
+        ("score", f"{result.score}"),
+        ("counts", COUNTS_MEANING),
+    ):
         ET.SubElement(properties, "property", name=key, value=_xml_text(value))
     for test in result.tests:
         module, _, name = test.nodeid.partition("::")
@@ -114,15 +127,20 @@ def _junit_suite(root: ET.Element, result: SubmissionResult) -> None:
             ET.SubElement(case, "failure", message=_xml_text(_headline(test.message))).text = text
         elif test.outcome in ("skipped", "xfailed"):
             ET.SubElement(case, "skipped", message=_xml_text(test.outcome))
-        elif test.outcome != "passed":
+        elif test.outcome not in ("passed", "xpassed"):
             ET.SubElement(case, "error", message=_xml_text(f"{test.outcome}: {result.reason}")).text = text
         if test.output:
             ET.SubElement(case, "system-out").text = _xml_text(test.output)
     if result.verdict_entry:
         case = _testcase(suite, f"{result.id}.grading", "verdict", result.duration)
         ET.SubElement(case, "error", message=_xml_text(f"{result.verdict.label}: {result.reason}"))
-    # The same counts as grades.csv and results.json.
-    counts = {"tests": result.total, "failures": result.failed, "errors": result.errors, "skipped": result.skipped}
+    # The counts of its test cases: the instructor tests (not run ones as errors) and the verdict case.
+    counts = {
+        "tests": result.total + result.verdict_entry,
+        "failures": result.failed,
+        "errors": result.errors + result.not_run + result.verdict_entry,
+        "skipped": result.skipped,
+    }
     for key, count in counts.items():
         suite.set(key, str(count))
     suite.set("time", f"{result.duration:.3f}")
@@ -185,7 +203,7 @@ def _pass_rates(results: list[SubmissionResult]) -> dict[str, tuple[int, int]]:
             continue  # passes without a complete record are not counted, as in the score
         for test in result.tests:
             passed, total = rates[test.nodeid]
-            rates[test.nodeid] = (passed + (test.outcome == "passed"), total)
+            rates[test.nodeid] = (passed + (test.outcome in ("passed", "xpassed")), total)
     return rates
 
 
@@ -208,19 +226,40 @@ def _rate_chart(results: list[SubmissionResult]) -> str:
 def _table(results: list[SubmissionResult]) -> str:
     head = "".join(
         f"<th>{name}</th>"
-        for name in ("id", "verdict", "passed", "failed", "errors", "total", "score", "seconds", "reason")
+        for name in (
+            "id",
+            "verdict",
+            "passed",
+            "failed",
+            "errors",
+            "skipped",
+            "not run",
+            "total",
+            "score",
+            "seconds",
+            "reason",
+        )
     )
     rows = []
     for r in results:
         numbers = "".join(
             f'<td class="num">{value}</td>'
-            for value in (r.passed, r.failed, r.errors, r.total, f"{r.score:.2f}", f"{r.duration:.2f}")
+            for value in (
+                r.passed,
+                r.failed,
+                r.errors,
+                r.skipped,
+                r.not_run,
+                r.total,
+                f"{r.score:.2f}",
+                f"{r.duration:.2f}",
+            )
         )
         rows.append(
             f"<tr><td>{html.escape(clean(r.id))}</td><td>{_badge(r.verdict)}</td>{numbers}"
             f"<td>{html.escape(clean(r.reason))}</td></tr>"
         )
-    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table><p>Counts: {html.escape(COUNTS_MEANING)}.</p>"
 
 
 def _failures(results: list[SubmissionResult]) -> str:
@@ -228,7 +267,7 @@ def _failures(results: list[SubmissionResult]) -> str:
     parts = []
     for result in results:
         for test in result.tests:
-            if test.outcome in ("passed", "skipped", "xfailed"):
+            if test.outcome in ("passed", "xpassed", "skipped", "xfailed"):
                 continue
             summary = f"{html.escape(clean(result.id))}: {html.escape(clean(test.nodeid))} ({test.outcome})"
             parts.append(

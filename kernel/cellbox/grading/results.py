@@ -60,47 +60,64 @@ class SubmissionResult:
         """How many tests ended with exactly ``outcome``."""
         return sum(1 for test in self.tests if test.outcome == outcome)
 
+    def fill_tests(self, expected: tuple[str, ...]) -> None:
+        """Give a row without test results (the run never started) one ``not run`` entry per instructor test."""
+        if not self.tests:
+            self.tests = [TestResult(nodeid=nodeid) for nodeid in expected]
+
     @property
     def passed(self) -> int:
-        return self.count("passed")
+        """Tests that passed, an unexpected pass (``xpassed``, not strict) included."""
+        return self.count("passed") + self.count("xpassed")
 
     @property
     def failed(self) -> int:
+        """Tests whose call failed (a strict ``xpass`` included, as pytest reports it)."""
         return self.count("failed")
 
     @property
-    def verdict_entry(self) -> bool:
-        """Whether the reports carry one ``grading.verdict`` entry for this row (an error in every count).
+    def errors(self) -> int:
+        """Tests with an error in a fixture (setup or teardown), once each."""
+        return self.count("error")
 
-        A run that is ``unverified`` or ``timed_out``, or has no test, gets
-        it, so that no report shows such a row as all passed.
+    @property
+    def skipped(self) -> int:
+        """Tests skipped or failing as expected (``xfailed``): pytest counts neither as a failure."""
+        return self.count("skipped") + self.count("xfailed")
+
+    @property
+    def not_run(self) -> int:
+        """Tests that never finished: running when the run ended, or never reached (not collected, never started)."""
+        return self.count("running") + self.count("not run")
+
+    @property
+    def total(self) -> int:
+        """The instructor tests, each once: ``passed + failed + errors + skipped + not_run``."""
+        return len(self.tests)
+
+    @property
+    def verdict_entry(self) -> bool:
+        """Whether ``junit.xml`` carries one ``grading.verdict`` test case for this row (an error).
+
+        A run that is ``unverified`` or ``timed_out``, or has no test, gets it,
+        so that Jenkins never shows such a suite as passing.  It is not an
+        instructor test: no other count includes it.
         """
         return self.verdict in (Verdict.UNVERIFIED, Verdict.TIMED_OUT) or not self.tests
 
     @property
-    def errors(self) -> int:
-        """Tests that errored in setup or teardown or never finished, plus the verdict entry (:attr:`verdict_entry`)."""
-        return len(self.tests) - self.passed - self.failed - self.skipped + self.verdict_entry
-
-    @property
-    def skipped(self) -> int:
-        return self.count("skipped") + self.count("xfailed")
-
-    @property
-    def total(self) -> int:
-        """The instructor tests collected, plus the verdict entry (:attr:`verdict_entry`)."""
-        return len(self.tests) + self.verdict_entry
-
-    @property
     def score(self) -> float:
-        """Percent of tests passed, 0-100; 0 unless the verdict is ``verified`` or ``failed``.
+        """Percent of the scored tests that passed, 0-100: ``passed / (total - skipped)``.
 
-        A run without complete evidence (``unverified``, ``timed_out``) earns
-        nothing: its passes cannot be trusted.
+        Skipped and ``xfailed`` tests are not scored, as pytest does not count
+        them against a run.  0 unless the verdict is ``verified`` or ``failed``:
+        a run without complete evidence (``unverified``, ``timed_out``) earns
+        nothing, its passes cannot be trusted.
         """
-        if self.verdict not in (Verdict.VERIFIED, Verdict.FAILED) or not self.tests:
+        scored = self.total - self.skipped
+        if self.verdict not in (Verdict.VERIFIED, Verdict.FAILED) or scored <= 0:
             return 0.0
-        return round(100.0 * self.passed / len(self.tests), 2)
+        return round(100.0 * self.passed / scored, 2)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict: the fields, the counts and the score."""
@@ -115,6 +132,7 @@ class SubmissionResult:
             "failed": self.failed,
             "errors": self.errors,
             "skipped": self.skipped,
+            "not_run": self.not_run,
             "total": self.total,
             "score": self.score,
             "running": self.running,

@@ -101,7 +101,8 @@ class GradingRun:
         settings: limits and install options.
         out: the reports folder (``results.json`` is kept up to date there).
         jobs: submissions graded at once on this machine.
-        dask: address of a ``dask.distributed`` scheduler, or ``None`` for local threads.
+        dask: address of a ``dask.distributed`` scheduler (``tls://``), ``"local"`` for a cluster of
+            ``jobs`` worker processes started for this run, or ``None`` for local threads.
         resume: keep rows of an earlier ``results.json`` and grade only the rest.
     """
 
@@ -162,7 +163,7 @@ class GradingRun:
             if todo and self.dask:
                 from .cluster import grade_on_cluster
 
-                grade_on_cluster(self.dask, todo, self.suite, self.settings, record)
+                grade_on_cluster(self.dask, todo, self.suite, self.settings, record, workers=self.jobs)
             elif todo:
                 self._grade_locally(todo, record)
         finally:
@@ -187,9 +188,13 @@ class GradingRun:
 
 
 def print_summary(results: list[SubmissionResult], stream: Any = None) -> None:
-    """One line per verdict count, for the terminal."""
+    """The verdict counts on one line, and what the per-test counts of the reports mean on the next."""
+    from .reports import COUNTS_MEANING
+
     stream = stream or sys.stderr
     counts: dict[str, int] = {}
     for result in results:
         counts[result.verdict.label] = counts.get(result.verdict.label, 0) + 1
     print(", ".join(f"{label}: {n}" for label, n in sorted(counts.items())), file=stream)
+    tests = max((result.total for result in results), default=0)
+    print(f"per submission, {tests} instructor tests: {COUNTS_MEANING}", file=stream)

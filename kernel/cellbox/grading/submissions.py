@@ -18,9 +18,11 @@ an id.  Four forms:
 
 Notebooks (and every top-level ``*.ipynb`` of a folder) are converted by the
 grader, which only reads their JSON: code cells are joined in order into
-``<name>.py``, where ``<name>`` is the notebook's file name without
-``.ipynb``, every character other than a letter, digit or ``_`` replaced by
-``_``, and ``nb_`` put in front when it starts with a digit
+``<notebook>.ipynb.py``, run by the module ``<name>.py`` once, in a module named
+``__main__`` as under a kernel (work under ``if __name__ == "__main__":`` runs;
+importing the module again, or as ``submission``, does not run it again),
+where ``<name>`` is the notebook's file name without ``.ipynb``, every
+character other than a letter, digit or ``_`` replaced by ``_``, and ``nb_`` put in front when it starts with a digit
 (``01-subprocess.ipynb`` -> ``nb_01_subprocess``).  A notebook submission, or a
 folder with exactly one notebook and no ``submission.py``, is also importable
 as ``submission`` (the same module object).  Left out: cells tagged
@@ -143,6 +145,9 @@ def discover(folder: str | os.PathLike[str]) -> list[Submission]:
     return sorted(result, key=lambda item: item.id)
 
 
+REQUIREMENTS_MAX = 256 * 1024  # characters of a requirements.txt read
+
+
 def module_name(filename: str) -> str:
     """The module name of a notebook or file: ``01-subprocess.ipynb`` -> ``nb_01_subprocess``."""
     stem = filename.rsplit(".", 1)[0] if "." in filename else filename
@@ -263,11 +268,32 @@ def _alias(root: Path, module: str) -> None:
     )
 
 
+# The module of a notebook: runs its cells (in CELLS, beside it) once, in a module named "__main__", as a
+# kernel runs them; importing it again, or as `submission`, gives the same module.
+NOTEBOOK_LOADER = """\
+# Made by cellbox grade: the code cells of {notebook} (in {cells}), run once as a kernel runs them.
+import sys as _sys
+import types as _types
+
+_main = _types.ModuleType("__main__")
+_main.__file__ = __file__.rpartition("/")[0] + "/" + {cells!r}
+_main.__spec__ = __spec__  # the importable name stays this module's
+_sys.modules["__main__"] = _main
+_sys.modules[__name__] = _main
+with open(_main.__file__, encoding="utf-8") as _cells:
+    _code = compile(_cells.read(), _main.__file__, "exec")
+exec(_code, _main.__dict__)
+"""
+
+
 def _convert_notebooks(root: Path) -> tuple[str, ...]:
+    """Write each top-level notebook's cells as ``NAME.ipynb.py`` and its module ``MODULE.py`` (the loader)."""
     modules = []
     for notebook in sorted(root.glob("*.ipynb")):
         name = module_name(notebook.name)
-        (root / f"{name}.py").write_text(notebook_source(notebook.read_bytes(), notebook.name))
+        cells = f"{notebook.name}.py"
+        (root / cells).write_text(notebook_source(notebook.read_bytes(), notebook.name))
+        (root / f"{name}.py").write_text(NOTEBOOK_LOADER.format(notebook=notebook.name, cells=cells))
         modules.append(name)
     if len(modules) == 1:
         _alias(root, modules[0])
@@ -304,3 +330,19 @@ def lay_out(submission: Submission, dest: Path) -> Layout:
         raise SubmissionError(f"{source.name}: the submission is empty")
     package = (dest / "pyproject.toml").is_file() or (dest / "setup.py").is_file()
     return Layout(root=dest, package=package, requirements=(dest / "requirements.txt").is_file(), modules=modules)
+
+
+def requirement_names(layout: Layout) -> tuple[str, ...]:
+    """The requirements of ``requirements.txt`` as written (one per line, comments and options left out).
+
+    Read as data, never executed; names only matter here (:func:`cellbox.grading.imports.own_modules`).
+    """
+    path = layout.root / "requirements.txt"
+    if not layout.requirements:
+        return ()
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")[:REQUIREMENTS_MAX]
+    except OSError:
+        return ()
+    lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
+    return tuple(line for line in lines if line and not line.startswith("-"))

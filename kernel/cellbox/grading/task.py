@@ -5,8 +5,12 @@ removed afterwards whatever happens):
 
 1. lay the submission out in ``work/submission`` (:func:`~cellbox.grading.submissions.lay_out`);
 2. make a virtualenv without pip in ``venv/``;
-3. when it has a package or a ``requirements.txt``: ``pip install`` it, in the
-   sandbox, under the grading limits and isolation (plus the network);
+3. when it has a package or a ``requirements.txt``: the grader's side fetches
+   the wheels it declares (:mod:`cellbox.grading.wheelhouse`, with the
+   network, nothing of the submission run), then ``pip install --no-index``
+   installs it from them, in the sandbox, under the grading limits and
+   isolation, with the network off and the grader's site directories out of
+   view (:func:`~cellbox.grading.venvs.grader_site_hidden`);
 4. copy the worker library (:class:`~cellbox.grading.venvs.BaseLibrary`) into
    the task directory, and the instructor tests and ``pytest.ini`` into a
    grader directory *beside* it (never inside: the submission may write
@@ -53,12 +57,14 @@ from ..sandbox.limits import Limits
 from ..sandbox.outcome import Outcome, Status
 from ..sandbox.runs import Run, resolve_user, start
 from ..sandbox.session import ForkServer
-from ..verdict import Verdict, judge
+from ..verdict import Judgement, Verdict, judge
 from .connection import ProcessSpec, offered_modules
 from .evidence import EvidenceRecorder
+from .imports import missing_reason, own_modules, refused
 from .results import SubmissionResult
-from .submissions import Layout, Submission, SubmissionError, lay_out
-from .venvs import BaseLibrary, create_venv, pip_install_command
+from .submissions import Layout, Submission, SubmissionError, lay_out, requirement_names
+from .venvs import BaseLibrary, create_venv, grader_site_hidden, pip_install_command
+from .wheelhouse import fetch_command, offline_layers, requirements_of
 
 __all__ = [
     "Suite",
@@ -151,8 +157,11 @@ def _trusted_env() -> dict[str, str]:
     return {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
-def collect_tests(tests: Path, limits: Limits = COLLECT_LIMITS) -> tuple[str, ...]:
+def collect_tests(tests: Path, limits: Limits = COLLECT_LIMITS) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The node ids pytest collects from the instructor tests in ``tests`` (a grader-owned copy), with no submission.
+
+    Returns the node ids, and the top-level names the tests imported that the
+    grader's Python lacks (the submission's modules, or a missing library).
 
     Every module a test imports that is not found in the grader's environment
     or the tests' folder is a placeholder (:mod:`cellbox.grading.trusted`), so
@@ -183,7 +192,7 @@ def collect_tests(tests: Path, limits: Limits = COLLECT_LIMITS) -> tuple[str, ..
             f"the tests could not be collected (pytest: {outcome.status.value}, "
             f"exit {outcome.exit_code}): {_last_line(outcome)}"
         )
-    return recorder.collected
+    return recorder.collected, recorder.imports
 
 
 def file_digests(root: Path) -> dict[str, str]:
@@ -216,6 +225,9 @@ class Suite:
             (``--resume`` compares them with the first run's).
         only: when ``--tests`` named one file: the files copied (it and a
             ``conftest.py`` beside it); ``None`` copies the whole folder.
+        imports: top-level names the tests import that the grader's Python lacks (found at collection).
+        modules: the submission's modules as the instructor named them (``--modules``), or ``None``
+            for the default rules (:mod:`cellbox.grading.imports`).
     """
 
     root: Path
@@ -223,10 +235,16 @@ class Suite:
     expected: tuple[str, ...]
     only: tuple[str, ...] | None = None
     digests: dict[str, str] = dataclasses.field(default_factory=dict)
+    imports: tuple[str, ...] = ()
+    modules: tuple[str, ...] | None = None
+
+    def lacking(self) -> tuple[str, ...]:
+        """Names the tests import that the grader's Python lacks and no submission may serve."""
+        return tuple(name for name in self.imports if refused(name, self.modules))
 
     @classmethod
-    def find(cls, path: str | os.PathLike[str]) -> Suite:
-        """The suite at ``path``: a folder of tests, or one test file.
+    def find(cls, path: str | os.PathLike[str], modules: tuple[str, ...] | None = None) -> Suite:
+        """The suite at ``path``: a folder of tests, or one test file; ``modules`` as ``--modules`` named them.
 
         Raises:
             SuiteError: nothing there, no ``test_*.py`` / ``*_test.py`` file, no
@@ -235,7 +253,7 @@ class Suite:
         given = Path(path).resolve()
         if given.is_file() and given.suffix == ".py":
             only = tuple(name for name in (given.name, "conftest.py") if (given.parent / name).is_file())
-            return cls._checked(given.parent, (given.name,), only, path)
+            return dataclasses.replace(cls._checked(given.parent, (given.name,), only, path), modules=modules)
         if not given.is_dir():
             raise SuiteError(f"{path}: no such tests folder or test file")
         found = {
@@ -246,7 +264,7 @@ class Suite:
         }
         if not found:
             raise SuiteError(f"{path}: no tests found (files named test_*.py or *_test.py)")
-        return cls._checked(given, tuple(sorted(found)), None, path)
+        return dataclasses.replace(cls._checked(given, tuple(sorted(found)), None, path), modules=modules)
 
     @classmethod
     def _checked(cls, root: Path, files: tuple[str, ...], only: tuple[str, ...] | None, given: object) -> Suite:
@@ -255,14 +273,14 @@ class Suite:
         try:
             tests = suite.copy_to(folder / "tests")
             digests = file_digests(tests)
-            expected = collect_tests(tests)
+            expected, imports = collect_tests(tests)
         except SuiteError as exc:
             raise SuiteError(f"{given}: {exc}") from None
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         if not expected:
             raise SuiteError(f"{given}: no tests found (pytest collected nothing from {', '.join(files)})")
-        return dataclasses.replace(suite, expected=expected, digests=digests)
+        return dataclasses.replace(suite, expected=expected, digests=digests, imports=imports)
 
     def copy_to(self, dest: Path) -> Path:
         """Copy the tests into ``dest`` (a new folder) and return it."""
@@ -281,6 +299,8 @@ class Suite:
             "expected": list(self.expected),
             "only": list(self.only) if self.only else None,
             "digests": self.digests,
+            "imports": list(self.imports),
+            "modules": None if self.modules is None else list(self.modules),
         }
 
     @classmethod
@@ -292,6 +312,8 @@ class Suite:
             expected=tuple(data["expected"]),
             only=tuple(only) if only else None,
             digests=dict(data.get("digests") or {}),
+            imports=tuple(data.get("imports") or ()),
+            modules=None if data.get("modules") is None else tuple(data["modules"]),
         )
 
 
@@ -304,8 +326,8 @@ class GradeSettings:
         find_links: a folder or URL of wheels pip may install from (``--find-links``).
         task_root: the folder task directories are made in (default: the system temp folder).
         isolation: the namespace layers of the install and of the submission's
-            process (:class:`~cellbox.sandbox.isolation.Isolation`); the install also
-            gets the network (pip needs the index).
+            process (:class:`~cellbox.sandbox.isolation.Isolation`); both run with
+            the network off, whatever it says (the grader's side fetches what the install needs).
         test_timeout: seconds each test may spend in calls into the submission
             when it has no ``timeout`` marker; ``None``: only the whole run's wall time.
     """
@@ -366,14 +388,53 @@ def _last_line(outcome: Outcome) -> str:
     return (errors or lines or ["no output"])[-1][:300]
 
 
-def _install(layout: Layout, python: Path, space: _Workspace, settings: GradeSettings) -> Outcome:
-    command = pip_install_command(
-        python, package=layout.package, requirements=layout.requirements, find_links=settings.find_links
+# Variables of the grader's environment its pip download keeps: pip's own settings, proxies, CA bundles.
+_FETCH_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy", "SSL_CERT_FILE")
+
+
+def _fetch(layout: Layout, wheelhouse: Path, space: _Workspace, settings: GradeSettings) -> Outcome | None:
+    """The grader's ``pip download`` of what ``layout`` declares into ``wheelhouse``; ``None``: nothing to fetch.
+
+    The grader's side, with the network: pip reads only the specifiers the
+    grader wrote (:func:`requirements_of` checked them) and takes wheels only.
+
+    Raises:
+        RequirementError: a requirement the grader will not fetch (the submission's row says which).
+    """
+    requirements = requirements_of(layout)
+    if not requirements:
+        return None
+    listed = space.grader / "requirements.txt"
+    listed.write_text("".join(f"{line}\n" for line in requirements))
+    env = {name: value for name, value in os.environ.items() if name.startswith("PIP_") or name in _FETCH_ENV}
+    return space.switch.run(
+        fetch_command(listed, wheelhouse, settings.find_links),
+        limits=trusted_limits(settings.limits),
+        cwd=space.grader,
+        env=env,
+        isolation=Isolation(mode="none"),
     )
-    # pip needs the package index; what it builds and installs stays in the task directory.
-    isolation = dataclasses.replace(settings.isolation, network=True)
+
+
+def _install(layout: Layout, python: Path, wheelhouse: Path, space: _Workspace, settings: GradeSettings) -> Outcome:
+    """``pip install --no-index`` from ``wheelhouse``, in the sandbox, offline, the grader's packages out of view."""
+    command = pip_install_command(
+        python, package=layout.package, requirements=layout.requirements, wheelhouse=wheelhouse
+    )
     return space.run(
-        command, limits=settings.limits, cwd=layout.root, env=_venv_env(python.parent.parent), isolation=isolation
+        command,
+        limits=settings.limits,
+        cwd=layout.root,
+        env=_venv_env(python.parent.parent),
+        isolation=_without_grader_packages(settings.isolation, keep=("pip",)),
+    )
+
+
+def _without_grader_packages(isolation: Isolation, keep: tuple[str, ...] = ()) -> Isolation:
+    """``isolation`` with the network off and the grader's site directories covered, but for ``keep``."""
+    hidden, shown = grader_site_hidden(keep)
+    return dataclasses.replace(
+        isolation, network=False, hidden=(*isolation.hidden, *hidden), read_only=(*isolation.read_only, *shown)
     )
 
 
@@ -536,7 +597,9 @@ def trusted_limits(limits: Limits) -> Limits:
     )
 
 
-def _run_config(space: _Workspace, layout: Layout, python: Path, lib: Path, settings: GradeSettings) -> Path:
+def _run_config(
+    space: _Workspace, layout: Layout, python: Path, lib: Path, settings: GradeSettings, suite: Suite
+) -> Path:
     """Write the trusted process's config (how to start the submission's process) into the grader directory."""
     venv = python.parent.parent
     spec = ProcessSpec(
@@ -545,12 +608,16 @@ def _run_config(space: _Workspace, layout: Layout, python: Path, lib: Path, sett
         root=str(layout.root),
         task=str(space.task.path),
         limits=settings.limits,
-        isolation=settings.isolation,
+        isolation=_without_grader_packages(settings.isolation),
         env=_venv_env(venv),
     )
+    offered = offered_modules(layout.root, venv)
+    own = own_modules(offered, requirement_names(layout), suite.modules)
     config = {
         "tests": str(space.grader / "tests"),
-        "offered": offered_modules(layout.root, venv),
+        "offered": own,
+        "withheld": sorted(set(offered) - set(own)),
+        "named": None if suite.modules is None else list(suite.modules),
         "test_timeout": settings.test_timeout,
         "process": spec.to_json(),
     }
@@ -570,7 +637,7 @@ def _run_tests(
     lib = base.copy_to(space.task.path / "lib")
     tests = suite.copy_to(space.grader / "tests")
     (space.grader / "pytest.ini").write_text(PYTEST_INI)
-    config = _run_config(space, layout, python, lib, settings)
+    config = _run_config(space, layout, python, lib, settings, suite)
     before = _instructor_digests(space.grader)
     nonce = secrets.token_hex(16)
     recorder = EvidenceRecorder(nonce, suite.expected)
@@ -596,26 +663,40 @@ def _run_tests(
 def _grade_in(
     space: _Workspace, submission: Submission, suite: Suite, settings: GradeSettings, base: BaseLibrary
 ) -> SubmissionResult:
+    lacking = suite.lacking()
+    if lacking:
+        return _result(submission, Verdict.UNVERIFIED, missing_reason(lacking[0]))
     layout = lay_out(submission, space.task.work / "submission")
     python = create_venv(space.task.path / "venv")
     space.give(layout.root)
     space.give(space.task.path / "venv")
     install = None
     if layout.package or layout.requirements:
-        install = _install(layout, python, space, settings)
-        if install.status is not Status.OK:
-            verdict = Verdict.TIMED_OUT if install.status is Status.TIMED_OUT else Verdict.UNVERIFIED
-            reason = f"install ended with status {install.status.value}: {_last_line(install)}"
-            return _result(submission, verdict, reason, install=install.to_json())
+        wheelhouse = space.task.path / "wheelhouse"
+        wheelhouse.mkdir()
+        fetch = _fetch(layout, wheelhouse, space, settings)
+        if fetch is not None and fetch.status is not Status.OK:
+            verdict = Verdict.TIMED_OUT if fetch.status is Status.TIMED_OUT else Verdict.UNVERIFIED
+            reason = f"fetching the requirements ended with status {fetch.status.value}: {_last_line(fetch)}"
+            return _result(submission, verdict, reason, install={**fetch.to_json(), "step": "fetch"})
+        space.give(wheelhouse)
+        ran = _install(layout, python, wheelhouse, space, settings)
+        install = {**ran.to_json(), "step": "install", "offline": offline_layers(ran.isolation)}
+        if ran.status is not Status.OK:
+            verdict = Verdict.TIMED_OUT if ran.status is Status.TIMED_OUT else Verdict.UNVERIFIED
+            reason = f"install ended with status {ran.status.value}: {_last_line(ran)}"
+            return _result(submission, verdict, reason, install=install)
     recorder, outcome = _run_tests(space, layout, python, suite, settings, base)
     judgement = judge(outcome.exit_code, recorder.evidence(), outcome)
+    if recorder.missing_modules and judgement.verdict is not Verdict.TIMED_OUT:
+        judgement = Judgement(Verdict.UNVERIFIED, missing_reason(recorder.missing_modules[0]))
     return _result(
         submission,
         judgement.verdict,
         judgement.reason,
         tests=recorder.tests(),
         running=recorder.running,
-        install=install.to_json() if install else None,
+        install=install,
         run=outcome.to_json(),
         submission_runs=recorder.runs,
     )
@@ -645,6 +726,7 @@ def grade_submission(
         result = _result(submission, Verdict.UNVERIFIED, str(exc))
     finally:
         space.remove()
+    result.fill_tests(suite.expected)
     result.duration = time.monotonic() - started
     return result
 
@@ -666,9 +748,11 @@ def grade_safely(
         return grade_submission(submission, suite, settings, base, switch)
     except Exception as exc:  # noqa: BLE001 - one submission's failure must not stop the others
         first = str(exc).splitlines()[0] if str(exc) else ""
-        return _result(
+        result = _result(
             submission,
             Verdict.UNVERIFIED,
             f"grader error: {type(exc).__name__}: {first}",
             duration=time.monotonic() - started,
         )
+        result.fill_tests(suite.expected)
+        return result

@@ -95,8 +95,24 @@ class Placeholder(types.ModuleType):
         return Placeholder(f"{self.__name__}[]")
 
 
+class ImportsPlugin:
+    """While the tests are only collected: reports the top-level names they imported that this Python lacks."""
+
+    def __init__(self, finder: Any) -> None:
+        self.finder = finder
+
+    def pytest_collection_finish(self, session: Any) -> None:
+        from . import reporter
+
+        reporter.send_imports(sorted(self.finder.names))
+
+
 def placeholder_finder(tests: str) -> Any:
-    """A finder, last on ``sys.meta_path``, giving a :class:`Placeholder` for imports written in the tests."""
+    """A finder, last on ``sys.meta_path``, giving a :class:`Placeholder` for imports written in the tests.
+
+    Its ``names`` are the top-level names it answered for a test file (the
+    modules the grader's Python lacks: the submission's, or a missing library).
+    """
     import importlib.abc
     import importlib.machinery
 
@@ -105,9 +121,12 @@ def placeholder_finder(tests: str) -> Any:
     folder = tests.rstrip("/") + "/"
 
     class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        names: set[str] = set()
+
         def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
             if "." not in fullname and not _imported_from(folder):
                 return None
+            self.names.add(fullname.partition(".")[0])
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
 
         def create_module(self, spec: Any) -> types.ModuleType:
@@ -135,13 +154,15 @@ def main(argv: list[str] | None = None) -> int:
     # execnet sends a large int as its digits: let an honest factorial(2000) through, keep the conversion short.
     sys.set_int_max_str_digits(INT_DIGITS)
     if collect:
-        sys.meta_path.append(placeholder_finder(config["tests"]))
+        finder = placeholder_finder(config["tests"])
+        sys.meta_path.append(finder)
+        plugins.append(ImportsPlugin(finder))
     else:
         from .bridge import Bridge, ProcessSpec, install
 
         bridge = Bridge(ProcessSpec.from_json(config["process"]))
         bridge.start()  # boots while pytest is imported and collects
-        install(bridge, config["offered"], config["tests"])
+        install(bridge, config["offered"], config["tests"], config.get("named"), config.get("withheld", []))
         plugins.append(TimeoutPlugin(bridge, config.get("test_timeout")))
     import pytest
 

@@ -16,12 +16,14 @@
 
 Installs run the grader's pip against the task's interpreter
 (``pip --python VENV_PYTHON``, pip >= 22.3) inside the sandbox, with the
-submission's limits and scrubbed environment (build backends are code).
+submission's limits and scrubbed environment (build backends are code), and
+offline: ``--no-index --find-links WHEELHOUSE``, the wheels the grader's side
+fetched beforehand (:mod:`cellbox.grading.wheelhouse`), with the network off.
 Build isolation stays on: pip builds the package in a fresh environment with
-the backend the package declares, fetched from the package index (or from
-``--find-links`` given to ``cellbox grade``).  Without network access a
-package or a ``requirements.txt`` cannot be installed; that submission is
-``unverified`` with pip's last line as the reason.
+the backend the package declares, from the wheelhouse.  In the install's view
+the grader's site directories are empty but for pip
+(:func:`grader_site_hidden`): nothing of the grader's (``distributed``, its
+cluster client) is there to borrow.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ import compileall
 import importlib.util
 import os
 import shutil
+import site
 import sys
+import sysconfig
 import tempfile
 import venv
 from pathlib import Path
@@ -40,6 +44,7 @@ __all__ = [
     "SetupError",
     "WORKER_MODULES",
     "create_venv",
+    "grader_site_hidden",
     "pip_install_command",
     "readable_by_all",
 ]
@@ -141,12 +146,13 @@ def create_venv(path: Path) -> Path:
     return path / "bin" / "python"
 
 
-def pip_install_command(python: Path, *, package: bool, requirements: bool, find_links: str | None) -> list[str]:
-    """The pip command that installs a laid-out submission into the venv of ``python``.
+def pip_install_command(python: Path, *, package: bool, requirements: bool, wheelhouse: Path) -> list[str]:
+    """The offline pip command that installs a laid-out submission into the venv of ``python``.
 
     Run with the submission folder as working directory.  ``package`` installs
     ``.`` (its ``pyproject.toml`` or ``setup.py``); ``requirements`` adds
-    ``-r requirements.txt``.
+    ``-r requirements.txt``.  Every distribution, build backends included, comes
+    from ``wheelhouse`` (``--no-index``): pip itself never reaches an index.
     """
     argv = [
         sys.executable,
@@ -160,11 +166,37 @@ def pip_install_command(python: Path, *, package: bool, requirements: bool, find
         "--no-warn-script-location",
         "--progress-bar",
         "off",
+        "--no-index",
+        "--find-links",
+        str(wheelhouse),
     ]
-    if find_links:
-        argv += ["--find-links", find_links]
     if requirements:
         argv += ["-r", "requirements.txt"]
     if package:
         argv.append(".")
     return argv
+
+
+def grader_site_hidden(keep: tuple[str, ...] = ()) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(hidden, shown)``: the grader's site directories to cover in a sandbox's view, and what to bind back.
+
+    The view binds the grader's Python whole (:func:`cellbox.sandbox.isolation.python_paths`),
+    and with it every package installed beside cellbox (``distributed``,
+    which talks to the grader's cluster).  A submission's install and its
+    process need none of them but ``keep`` (``("pip",)`` for the install):
+    ``hidden`` are the site directories (this Python's, its base
+    installation's, the user's), for :attr:`Isolation.hidden`; ``shown`` the
+    kept packages inside them, for :attr:`Isolation.read_only`.  The
+    sandbox's own launcher lies outside them, or is bound on top by the view.
+    """
+    sites = [*site.getsitepackages(), site.getusersitepackages() if site.ENABLE_USER_SITE else ""]
+    for prefix in {sys.base_prefix, sys.base_exec_prefix}:
+        paths = sysconfig.get_paths(vars={"base": prefix, "platbase": prefix})
+        sites += [paths["purelib"], paths["platlib"]]
+    hidden = tuple(dict.fromkeys(os.path.normpath(p) for p in sites if p and os.path.isdir(p)))
+    shown = []
+    for name in keep:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            shown += list(spec.submodule_search_locations)  # the package this Python imports, not a shadowed one
+    return hidden, tuple(dict.fromkeys(shown))

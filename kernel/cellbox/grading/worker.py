@@ -328,7 +328,8 @@ class Worker:
         info = {
             "package": hasattr(module, "__path__"),
             "names": [str.__str__(n) for n in names],
-            "name": _safe(lambda: module.__name__, name),
+            # A notebook's module is named __main__ (as under a kernel); its spec keeps the name it is imported by.
+            "name": _safe(lambda: module.__spec__.name if module.__spec__ else module.__name__, name),
         }
         return "ok", (info, [])
 
