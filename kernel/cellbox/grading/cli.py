@@ -54,7 +54,8 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--modules",
         metavar="NAME,...",
-        help="the submission's own modules, exactly (default: see docs/grading.md, 'Whose modules')",
+        help="the submission's own modules, exactly; without it, the names the submission offers that are not "
+        "well-known libraries (docs/grading.md, 'Whose modules')",
     )
     parser.add_argument(
         "--resume",

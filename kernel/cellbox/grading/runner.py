@@ -188,13 +188,16 @@ class GradingRun:
 
 
 def print_summary(results: list[SubmissionResult], stream: Any = None) -> None:
-    """The verdict counts on one line, and what the per-test counts of the reports mean on the next."""
-    from .reports import COUNTS_MEANING
-
+    """The verdict counts on one line, and on the next how the reports count tests (their columns say the rest)."""
     stream = stream or sys.stderr
     counts: dict[str, int] = {}
     for result in results:
         counts[result.verdict.label] = counts.get(result.verdict.label, 0) + 1
     print(", ".join(f"{label}: {n}" for label, n in sorted(counts.items())), file=stream)
     tests = max((result.total for result in results), default=0)
-    print(f"per submission, {tests} instructor tests: {COUNTS_MEANING}", file=stream)
+    noun = "test" if tests == 1 else "tests"
+    print(
+        f"counts: {tests} instructor {noun} per submission, each counted once as pytest reports it "
+        "(what each column means: report.html, or docs/grading.md)",
+        file=stream,
+    )
