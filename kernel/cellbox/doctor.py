@@ -14,7 +14,13 @@ import os
 
 from .sandbox.isolation import LAYERS, UNPRIVILEGED_USER, Support, probe, socket_filter_missing
 
-__all__ = ["add_parser", "doctor_report"]
+__all__ = ["add_parser", "doctor_report", "UNBOUNDED_MEMORY"]
+
+# What is not bounded without a memory cgroup: said by `cellbox doctor` and by a kernel's first cell.
+UNBOUNDED_MEMORY = (
+    "no writable memory cgroup (root or a delegated cgroup gives one): memfds, shared mappings and what runs keep "
+    "in /tmp and /dev/shm are not bounded as a whole, only by each tmpfs's size and each process's address space"
+)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -60,7 +66,7 @@ def extras(support: Support) -> dict[str, dict[str, object]]:
         },
         "memory_cgroup": {
             "available": cgroup is not None,
-            "reason": None if cgroup else "no writable memory cgroup (the resident limit needs root or a delegation)",
+            "reason": None if cgroup else UNBOUNDED_MEMORY,
         },
     }
 

@@ -58,7 +58,7 @@ from ..sandbox.runs import Run, SandboxError, start
 from ..sandbox.session import ForkServer, ForkServerError, installed
 from .cellerrors import error_for_outcome, exit_reason
 from .cellrunner import history_digest
-from .magics import cell_limits
+from .magics import ceiling_from_text, ceiling_note, cell_limits
 
 __all__ = ["CellboxKernel", "main"]
 
@@ -149,6 +149,18 @@ class CellboxKernel(Kernel):
     io_class = Unicode(_DEFAULTS.io_class, help="I/O scheduling class of cells: idle, best-effort or none.").tag(
         config=True
     )
+    ceiling = Unicode(
+        "",
+        help="The most a %%limits line may ask for, as NAME=VALUE words (the %%limits names), such as "
+        "'wall=600 memory=2G processes=100'; limits not named keep the default ceiling (docs/reference/settings.md). "
+        "A cell that asks for more runs at the ceiling, and is told so in one line. The session's own limits above "
+        "raise it where they are higher. Set by an administrator (kernelspec argv, Jupyter config), never by a cell.",
+    ).tag(config=True)
+    session_memory = Unicode(
+        "4G",
+        help="Memory the whole session may hold: every cell, the snapshots kept for %undo, and what cells keep in "
+        "/tmp and /dev/shm (a memory cgroup, where this machine gives one); 'none' for no bound.",
+    ).tag(config=True)
     carry_state = Bool(
         True,
         help="Carry the state from cell to cell: each cell is forked from the process image of the last cell that "
@@ -198,6 +210,22 @@ class CellboxKernel(Kernel):
             raise TraitError(str(exc)) from None
         return proposal["value"]
 
+    @validate("ceiling")
+    def _check_ceiling(self, proposal: Any) -> Any:
+        try:
+            ceiling_from_text(proposal["value"])
+        except LimitError as exc:
+            raise TraitError(str(exc)) from None
+        return proposal["value"]
+
+    @validate("session_memory")
+    def _check_session_memory(self, proposal: Any) -> Any:
+        try:
+            Limits().updated({"resident": proposal["value"]}, source="CellboxKernel.session_memory")
+        except LimitError as exc:
+            raise TraitError(str(exc)) from None
+        return proposal["value"]
+
     @validate("isolation")
     def _check_isolation(self, proposal: Any) -> Any:
         try:
@@ -232,6 +260,8 @@ class CellboxKernel(Kernel):
                 cwd=self.notebook_dir,
                 carry=self.carry_state,
                 undo_depth=self.undo_depth,
+                ceiling=self.ceiling_limits,
+                memory=Limits().updated({"resident": self.session_memory}).resident,
             ).start()
         (self.task.path / PID_FILE).write_text(str(os.getpid()))
         self._inputs: list[str] = [""]  # In[0] is empty, as in IPython
@@ -314,6 +344,12 @@ class CellboxKernel(Kernel):
         )
 
     @property
+    def ceiling_limits(self) -> Limits:
+        """The most any cell may be given: the ``ceiling`` setting over :data:`DEFAULT_CEILING`, raised to the
+        session's limits where those are higher (both are the administrator's)."""
+        return ceiling_from_text(self.ceiling).widened(self.session_limits)
+
+    @property
     def banner(self) -> str:  # type: ignore[override]
         return (
             f"Python {platform.python_version()} (cellbox {__version__})\n"
@@ -372,10 +408,14 @@ class CellboxKernel(Kernel):
         self._last_outcome = None
         try:
             limits, body = cell_limits(code, self.session_limits)
-        except LimitError as exc:
+            ceiling = self.ceiling_limits
+        except (LimitError, ValueError, OverflowError) as exc:
             if store_history:
                 self._add_input(code, None)
             return self._publish_error("LimitError", str(exc), [f"LimitError: {exc}"])
+        limits, over = limits.capped(ceiling)
+        if over:
+            self._stream("stderr", ceiling_note(limits, over) + "\n")
         undo = _undo_request(body)
         if undo is not None:
             return await self._undo(undo, body, store_history)
@@ -434,6 +474,11 @@ class CellboxKernel(Kernel):
             return
         if server.pid is None and server.broken is None:
             await asyncio.to_thread(server.wait_ready, SESSION_READY_TIMEOUT)
+        if server.pid is not None and server.memory_cgroup is None and "memory-cgroup" not in self._warned:
+            from ..doctor import UNBOUNDED_MEMORY
+
+            self._warned.add("memory-cgroup")
+            self._stream("stderr", f"cellbox: note: this session's memory: {UNBOUNDED_MEMORY}\n")
         if server.lost and server.lost != self._session_lost:
             self._session_lost = server.lost
             self._stream(

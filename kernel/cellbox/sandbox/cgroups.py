@@ -121,20 +121,28 @@ def memory_cgroup_root() -> Path | None:
 
 
 class MemoryCgroup(PidsCgroup):
-    """One run's memory cgroup: caps the resident memory of all its processes, and counts OOM kills.
+    """One run's memory cgroup: caps the memory all its processes hold, and counts OOM kills.
+
+    The kernel charges a cgroup with its processes' anonymous memory, the tmpfs
+    and memfd pages they write and the page cache they fill (cgroup-v1/memory.rst
+    section 2.2, cgroup-v2.rst "Memory Ownership"), so a run cannot hold memory
+    outside it by putting it in ``/dev/shm``.  ``limit`` ``None``: counted only.
 
     v1 writes ``memory.limit_in_bytes`` (and ``memory.memsw.limit_in_bytes``,
     so swap does not stretch the cap); v2 ``memory.max`` and ``memory.swap.max``.
     At the cap the kernel reclaims, then its OOM killer kills a process of the run.
     """
 
-    def __init__(self, root: Path, limit: int) -> None:
+    def __init__(self, root: Path, limit: int | None) -> None:
         REMOVER.start(root)
         self.path = root / f"{CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.path.mkdir()
         self.v2 = not (self.path / "memory.limit_in_bytes").exists()
+        self.limit = limit
         try:
-            if self.v2:
+            if limit is None:
+                pass  # no cap: the cgroup still counts (peak) what the run holds, tmpfs and memfds included
+            elif self.v2:
                 (self.path / "memory.max").write_text(str(limit))
                 if (self.path / "memory.swap.max").exists():
                     (self.path / "memory.swap.max").write_text("0")
