@@ -535,6 +535,7 @@ class CellboxKernel(Kernel):
             )
         if undone < count:
             text += f"(Only {undone} earlier states were kept; CellboxKernel.undo_depth sets how many.)\n"
+        text += "".join(line + "\n" for line in shared_memory_line(result.get("shared")))
         self._stream("stdout", text)
         return {"status": "ok", "execution_count": self.execution_count, "payload": [], "user_expressions": {}}
 
@@ -610,7 +611,8 @@ class CellboxKernel(Kernel):
         if outcome.status is Status.OK and ended_early and not cell.failed:
             # The runner never got back from the cell: its process ended (os._exit) part way.
             reason = exit_reason(outcome)
-            return self._publish_error("CellExitedError", reason, [f"CellExitedError: {reason}", DISCARDED])
+            shared = shared_memory_line(cell.snapshot.get("shared"))
+            return self._publish_error("CellExitedError", reason, [f"CellExitedError: {reason}", DISCARDED, *shared])
         if outcome.status is Status.OK:
             for error in cell.errors:  # one the cell showed and carried on after (a MemoryError caught)
                 if not error.pop("published", False):
@@ -634,7 +636,7 @@ class CellboxKernel(Kernel):
         if named is None:
             named = "CellExitedError", exit_reason(outcome)
         ename, evalue = named
-        kept = [DISCARDED] if cell.discarded else []
+        kept = [DISCARDED, *shared_memory_line(cell.snapshot.get("shared"))] if cell.discarded else []
         if ename == "KeyboardInterrupt" and last and last["ename"] == "KeyboardInterrupt":
             return self._publish_error(last["ename"], last["evalue"], [*last["traceback"], *kept])
         # The limit's line ends the last error's traceback, unless that error is already out.
@@ -1055,6 +1057,20 @@ def _remove_stale_task_directories() -> None:
 
 
 _UNDO = re.compile(r"\s*%undo(?:\s+(\S+))?\s*")
+
+
+def shared_memory_line(shared: Any) -> list[str]:
+    """The one line that names the state's shared memory mappings a stop or ``%undo`` could not take back
+    (the keeper's ``shared`` fact: ``{"count", "bytes", "names"}``), or no line when there are none."""
+    if not isinstance(shared, dict) or not shared.get("count"):
+        return []
+    names = ", ".join(str(name) for name in shared.get("names", []))
+    more = int(shared["count"]) - len(shared.get("names", []))
+    names += f" and {more} more" if more > 0 else ""
+    return [
+        "cellbox: writes to shared memory (mmap MAP_SHARED, multiprocessing, shared_memory, memfd) stay as they "
+        f"are, a stop or %undo cannot take them back: {format_size(int(shared.get('bytes', 0)))} in {names}"
+    ]
 
 
 def _undo_request(code: str) -> int | None:
