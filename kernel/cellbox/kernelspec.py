@@ -150,11 +150,8 @@ def _ceiling_argv(words: list[str], session_memory: str | None) -> list[str]:
 
     argv = []
     if words:
-        for word in words:
-            if "=" not in word:
-                raise LimitError(f"{word!r} is not NAME=VALUE, such as memory=2G", source="--ceiling")
         text = " ".join(words)
-        ceiling_from_text(text)
+        ceiling_from_text(text, source="--ceiling")
         argv.append(f"--CellboxKernel.ceiling={text}")
     if session_memory is not None:
         Limits().updated({"resident": session_memory}, source="--session-memory")

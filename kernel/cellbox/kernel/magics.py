@@ -98,7 +98,7 @@ def cell_limits(code: str, base: Limits) -> tuple[Limits, str]:
     return base.updated(values, source="%%limits line"), body
 
 
-def ceiling_from_text(text: str) -> Limits:
+def ceiling_from_text(text: str, source: str = "CellboxKernel.ceiling") -> Limits:
     """The ceiling a ``CellboxKernel.ceiling`` text gives: its ``NAME=VALUE`` words over :data:`DEFAULT_CEILING`.
 
     Raises:
@@ -108,9 +108,9 @@ def ceiling_from_text(text: str) -> Limits:
     for word in text.replace(",", " ").split():
         name, sep, value = word.partition("=")
         if not sep or not name or not value:
-            raise LimitError(f"{word!r} is not NAME=VALUE, such as memory=2G", source="CellboxKernel.ceiling")
+            raise LimitError(f"{word!r} is not NAME=VALUE, such as memory=2G", source=source)
         values[name] = value
-    return DEFAULT_CEILING.updated(values, source="CellboxKernel.ceiling")
+    return DEFAULT_CEILING.updated(values, source=source)
 
 
 def ceiling_note(limits: Limits, over: list[str]) -> str:
