@@ -113,11 +113,30 @@ CGROUP_PREFIX = "cellbox-"
 def memory_cgroup_root() -> Path | None:
     """A memory cgroup directory this process may create run cgroups in, or ``None``.
 
-    cgroup v1's ``memory`` hierarchy, or the v2 root when its ``memory``
-    controller is on for children (the kernel's cgroup-v1/memory.rst and
-    cgroup-v2.rst).  Usually only root can write there.
+    First this process's own cgroup v1 memory cgroup, so that a run's cgroup
+    nests below it and stays inside whatever bound the machine put on this
+    process (a container's, a CI job's: v1 charges and limits hierarchically,
+    cgroup-v1/memory.rst section 6); else cgroup v1's ``memory`` hierarchy, or
+    the v2 root when its ``memory`` controller is on for children (cgroup-v2.rst).
+    Usually only root can write there.
     """
+    own = _own_v1_cgroup("memory")
+    if own is not None and (own / "memory.limit_in_bytes").exists() and os.access(own, os.W_OK):
+        return own
     return _cgroup_root("memory")
+
+
+def _own_v1_cgroup(controller: str) -> Path | None:
+    """This process's cgroup directory in the v1 hierarchy of ``controller`` (``/proc/self/cgroup``), or ``None``."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _number, kinds, path = line.split(":", 2)
+        if controller in kinds.split(","):
+            return Path("/sys/fs/cgroup") / controller / path.lstrip("/")
+    return None
 
 
 class MemoryCgroup(PidsCgroup):
