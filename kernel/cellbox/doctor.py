@@ -62,7 +62,10 @@ def extras(support: Support) -> dict[str, dict[str, object]]:
         "syscall_filter": {"available": blocked is None, "reason": blocked},
         "disk_tmpfs": {
             "available": support.tmpfs_size,
-            "reason": None if support.tmpfs_size else "bwrap has no --size (bubblewrap 0.7 or later)",
+            "reason": None
+            if support.tmpfs_size
+            else "bwrap has no --size (bubblewrap 0.7 or later): the disk limit, and the size of a run's /tmp and "
+            "/dev/shm (shared_memory), do not hold",
         },
         "memory_cgroup": {
             "available": cgroup is not None,
