@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 
-from cellbox.doctor import UNBOUNDED_MEMORY
 from cellbox.kernel.magics import ceiling_from_text
-from cellbox.sandbox.cgroups import memory_cgroup_root
+from cellbox.sandbox.cgroups import UNBOUNDED_MEMORY, memory_cgroup_root
 from cellbox.sandbox.limits import DEFAULT_CEILING, Limits
 from kernelkit import execute, running_kernel
 

@@ -12,15 +12,10 @@ import argparse
 import json
 import os
 
+from .sandbox.cgroups import UNBOUNDED_MEMORY
 from .sandbox.isolation import LAYERS, UNPRIVILEGED_USER, Support, probe, socket_filter_missing
 
-__all__ = ["add_parser", "doctor_report", "UNBOUNDED_MEMORY"]
-
-# What is not bounded without a memory cgroup: said by `cellbox doctor` and by a kernel's first cell.
-UNBOUNDED_MEMORY = (
-    "no writable memory cgroup (root or a delegated cgroup gives one): memfds, shared mappings and what runs keep "
-    "in /tmp and /dev/shm are not bounded as a whole, only by each tmpfs's size and each process's address space"
-)
+__all__ = ["add_parser", "doctor_report"]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

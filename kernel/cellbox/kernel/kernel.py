@@ -474,11 +474,6 @@ class CellboxKernel(Kernel):
             return
         if server.pid is None and server.broken is None:
             await asyncio.to_thread(server.wait_ready, SESSION_READY_TIMEOUT)
-        if server.pid is not None and server.memory_cgroup is None and "memory-cgroup" not in self._warned:
-            from ..doctor import UNBOUNDED_MEMORY
-
-            self._warned.add("memory-cgroup")
-            self._stream("stderr", f"cellbox: note: this session's memory: {UNBOUNDED_MEMORY}\n")
         if server.lost and server.lost != self._session_lost:
             self._session_lost = server.lost
             self._stream(

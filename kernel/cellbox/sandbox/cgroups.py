@@ -27,7 +27,14 @@ __all__ = [
     "REMOVER",
     "CGROUP_PREFIX",
     "STALE_CGROUP_AGE",
+    "UNBOUNDED_MEMORY",
 ]
+
+# What is not bounded without a memory cgroup: said by `cellbox doctor` and in a bounded session's notes.
+UNBOUNDED_MEMORY = (
+    "no writable memory cgroup (root or a delegated cgroup gives one): memfds, shared mappings and what runs keep "
+    "in /tmp and /dev/shm are not bounded as a whole, only by each tmpfs's size and each process's address space"
+)
 
 # Seconds the cgroups of finished runs may take to be removed when the process exits.
 DRAIN_TIMEOUT = 2.0

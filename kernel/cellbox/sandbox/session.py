@@ -49,10 +49,10 @@ from collections.abc import Sequence
 from importlib.util import find_spec
 from typing import Any
 
-from .cgroups import MemoryCgroup
+from .cgroups import UNBOUNDED_MEMORY, MemoryCgroup
 from .environment import TaskDirectory, build_environment
 from .isolation import BWRAP_LAYERS, Isolation, landlock_rules, make_plan, probe
-from .limits import DEFAULT_CEILING, Limits
+from .limits import DEFAULT_CEILING, Limits, format_size
 from .outcome import Outcome
 from .runs import ForkServerError, start
 
@@ -447,10 +447,17 @@ class ForkServer:
 
     @property
     def notes(self) -> list[str]:
-        """What the session could not set up (a Landlock domain the kernel refused), for the runs' notes."""
+        """What the session could not set up (a Landlock domain the kernel refused, its memory bound), for the runs'
+        notes."""
         server = self._server
         landlock = server.hello.get("landlock") if server is not None else None
-        return [str(landlock)] if landlock else []
+        notes = [str(landlock)] if landlock else []
+        if server is not None and self.setup.memory is not None and server.run._memory_cgroup is None:
+            # Said with every run (a kernel shows it once, on the first cell): the bound it was given does not hold.
+            notes.append(
+                f"memory: the session's bound of {format_size(self.setup.memory)} does not hold: {UNBOUNDED_MEMORY}"
+            )
+        return notes
 
     @property
     def cgroup_layers(self) -> list[str]:
