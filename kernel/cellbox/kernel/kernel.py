@@ -592,6 +592,10 @@ class CellboxKernel(Kernel):
             self._last_outcome["snapshot"] = cell.snapshot
         if self.isolation != "none":
             self._warn_once({note: "" for note in outcome.notes}, "cellbox: note: {names}")
+        else:
+            # With isolation none the first cell says what cells can reach; the session's memory bound is said too.
+            memory = {note: "" for note in outcome.notes if note.startswith("memory: the session's bound")}
+            self._warn_once(memory, "cellbox: note: {names}")
         run = cell.run
         ended_early = run is not None and run.left_snapshot is False and self.carry_state
         if ended_early and run is not None and run.snapshot_error:
