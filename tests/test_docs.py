@@ -305,7 +305,7 @@ def default_text(name: str) -> str:
         return "none"
     if name in ("wall_time", "cpu_time"):
         return format_time(value)
-    if name in ("memory", "output", "file_size"):
+    if name in ("memory", "output", "file_size", "shared_memory"):
         return format_size(value)
     return str(value)
 

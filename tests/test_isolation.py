@@ -566,7 +566,11 @@ def test_doctor_names_a_missing_memory_cgroup(
     monkeypatch.setattr("cellbox.sandbox.cgroups.memory_cgroup_root", lambda: None)
     main(["doctor"])
     out = capsys.readouterr().out.splitlines()
-    assert "memory cgroup: no: no writable memory cgroup (the resident limit needs root or a delegation)" in out
+    assert (
+        "memory cgroup: no: no writable memory cgroup (root or a delegated cgroup gives one): memfds, shared "
+        "mappings and what runs keep in /tmp and /dev/shm are not bounded as a whole, only by each tmpfs's size "
+        "and each process's address space"
+    ) in out
 
 
 def test_doctor_says_why_without_bwrap(

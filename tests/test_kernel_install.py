@@ -90,7 +90,8 @@ def test_install_writes_a_spec_whose_argv_carries_the_limits(tmp_path: Path, cap
 
 
 def test_installed_spec_starts_a_kernel_with_its_limits(tmp_path: Path) -> None:
-    assert main(["install", "--prefix", str(tmp_path), "--name", "tight", "--wall", "7", "--output", "32K"]) == 0
+    argv = ["--name", "tight", "--wall", "7", "--output", "32K", "--ceiling", "wall=9", "--session-memory", "2G"]
+    assert main(["install", "--prefix", str(tmp_path), *argv]) == 0
     specs = KernelSpecManager(kernel_dirs=[str(tmp_path / "share" / "jupyter" / "kernels")])
     assert specs.get_kernel_spec("tight").display_name == "Python 3 (tight)"
     km = kernel_manager("tight", kernel_spec_manager=specs)
@@ -100,6 +101,10 @@ def test_installed_spec_starts_a_kernel_with_its_limits(tmp_path: Path) -> None:
     try:
         kc.wait_for_ready(timeout=60)
         assert execute(kc, "%limits").stream() == "wall 7 s, cpu 30 s, memory 2G, output 32K\n"
+        # The spec's ceiling holds: a cell that asks for more gets the ceiling, and is told so.
+        capped = execute(kc, "%%limits wall=100\n%limits")
+        assert capped.stream() == "wall 9 s, cpu 30 s, memory 2G, output 32K\n"
+        assert "the cell runs at the ceiling: wall_time=9s" in capped.stream("stderr")
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=False)
@@ -121,6 +126,25 @@ def test_installed_spec_starts_a_kernel_with_its_limits(tmp_path: Path) -> None:
             ["--disk", "1G"],
             "cellbox install: error: --disk: not a limit of a kernel's cells (they share their session's "
             "sandbox); it holds for `cellbox run` and `cellbox grade`",
+        ),
+        (
+            ["--ceiling", "memory=lots"],
+            "cellbox install: error: --ceiling: 'lots' is not a size; write a number with an "
+            "optional unit, such as 256M, 1.5G or 64K",
+        ),
+        (
+            ["--ceiling", "memory"],
+            "cellbox install: error: --ceiling: 'memory' is not NAME=VALUE, such as memory=2G",
+        ),
+        (
+            ["--session-memory", "lots"],
+            "cellbox install: error: --session-memory: 'lots' is not a size; write a number with an "
+            "optional unit, such as 256M, 1.5G or 64K",
+        ),
+        (
+            ["--shared-memory", "1G"],
+            "cellbox install: error: --shared-memory: a kernel's /tmp and /dev/shm are its session's, sized once: "
+            "use --ceiling shared_memory=SIZE",
         ),
     ],
 )
@@ -169,3 +193,10 @@ def test_install_says_which_spec_jupyter_will_start_when_another_comes_first(
     )
     assert main(["install", "--prefix", str(tmp_path), "--name", "cellbox-elsewhere"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_install_writes_the_ceiling_and_the_sessions_memory(tmp_path: Path) -> None:
+    argv = ["--name", "class", "--ceiling", "memory=2G", "--ceiling", "processes=100", "--session-memory", "3G"]
+    assert main(["install", "--prefix", str(tmp_path), *argv]) == 0
+    spec = json.loads((tmp_path / "share" / "jupyter" / "kernels" / "class" / "kernel.json").read_text())
+    assert spec["argv"][5:] == ["--CellboxKernel.ceiling=memory=2G processes=100", "--CellboxKernel.session_memory=3G"]

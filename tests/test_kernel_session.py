@@ -198,6 +198,7 @@ def test_interrupting_input_gives_one_keyboard_interrupt_and_no_box_after_the_re
     # The interrupt lands at different moments: as the frontend is asked, or while the cell is still
     # sending its request. Each must end the same way, as under ipykernel.
     with running_kernel("cellbox", cwd=str(tmp_path)) as (km, kc):
+        execute(kc, "pass")  # the first cell's notes are the machine's (no memory cgroup for a normal user)
         for attempt in range(8):
             delay = (0.0, 0.005, 0.02, None)[attempt % 4]
 
@@ -322,11 +323,15 @@ def test_a_kernel_without_isolation_says_so_in_the_first_cells_output(tmp_path: 
     with running_kernel("cellbox", cwd=str(tmp_path), extra=["--CellboxKernel.isolation=none"]) as (_km, kc):
         first, second = execute(kc, "print(1)"), execute(kc, "print(2)")
     from cellbox.kernel.kernel import ROOT_POWERS
+    from cellbox.sandbox.cgroups import UNBOUNDED_MEMORY, memory_cgroup_root
 
+    unbounded = f"cellbox: note: memory: the session's bound of 4G does not hold: {UNBOUNDED_MEMORY}\n"
     assert first.stream("stderr") == (
         "cellbox: note: this kernel's cells run with isolation none: they can read your files, use the network "
         "and signal your other programs (see `cellbox doctor`)\n"
-    ) + (f"cellbox: note: {ROOT_POWERS}\n" if os.geteuid() == 0 else "")
+    ) + (f"cellbox: note: {ROOT_POWERS}\n" if os.geteuid() == 0 else "") + (
+        unbounded if memory_cgroup_root() is None else ""
+    )
     if os.geteuid() == 0:
         assert "root's powers: they can read and change any file" in ROOT_POWERS
     assert (first.stream(), second.stream(), second.stream("stderr")) == ("1\n", "2\n", "")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cellbox.sandbox.limits import LimitError, Limits, format_size, parse_size, parse_time
+from cellbox.sandbox.limits import DEFAULT_CEILING, LimitError, Limits, format_size, parse_size, parse_time
 
 
 @pytest.mark.parametrize(
@@ -90,7 +90,8 @@ def test_defaults_are_the_documented_ones() -> None:
         "cpu_time": 30.0,
         "memory": 2 * 1024**3,
         "output": 1024**2,
-        "file_size": 64 * 1024**2,
+        "file_size": 512 * 1024**2,
+        "shared_memory": 512 * 1024**2,
         "open_files": 256,
         "processes": 128,
         "disk": None,
@@ -104,3 +105,45 @@ def test_format_size_round_trips_common_values() -> None:
     for text in ("256M", "2G", "64K", "1.5G"):
         assert parse_size(format_size(parse_size(text))) == parse_size(text)
     assert format_size(parse_size("256M")) == "256M"
+
+
+# --------------------------------------------------------------------------- the ceiling
+
+
+def test_capped_lowers_what_asks_for_more_and_names_it() -> None:
+    ceiling = Limits(wall_time=60, memory=1024**3, processes=40, nice=10, io_class="best-effort")
+    asked = Limits(wall_time=99999, memory=None, processes=100000, nice=0, io_class="none", open_files=10)
+    capped, over = asked.capped(ceiling)
+    assert over == ["wall_time", "memory", "processes", "nice", "io_class"]
+    assert (capped.wall_time, capped.memory, capped.processes, capped.nice, capped.io_class) == (
+        60.0,
+        1024**3,
+        40,
+        10,
+        "best-effort",
+    )
+    assert capped.open_files == 10  # lower than the ceiling: kept
+
+
+def test_capped_keeps_limits_under_the_ceiling_unchanged() -> None:
+    low = Limits(wall_time=5, memory=256 * 1024**2, nice=19, io_class="idle")
+    assert low.capped(DEFAULT_CEILING) == (low, [])
+
+
+def test_a_ceiling_without_a_memory_cap_lets_none_through() -> None:
+    assert Limits(memory=None).capped(Limits(memory=None)) == (Limits(memory=None), [])
+
+
+def test_widened_raises_the_ceiling_to_the_sessions_own_limits() -> None:
+    ceiling = DEFAULT_CEILING.widened(Limits(memory=None, processes=1000))
+    assert (ceiling.memory, ceiling.processes, ceiling.wall_time) == (None, 1000, DEFAULT_CEILING.wall_time)
+
+
+def test_memory_bound_counts_both_tmpfs_beside_the_address_space() -> None:
+    assert Limits(memory=256 * 1024**2).memory_bound() == 256 * 1024**2 + 2 * Limits().shared_memory
+    assert Limits(memory=256 * 1024**2, resident=100 * 1024**2).memory_bound() == 100 * 1024**2
+    assert Limits(memory=None).memory_bound() is None
+
+
+def test_shared_memory_parses_as_a_size_with_its_short_name() -> None:
+    assert Limits().updated({"shm": "1G"}).shared_memory == 1024**3

@@ -165,3 +165,102 @@ def test_cellbox_run_resident_flag(capsys: pytest.CaptureFixture[str]) -> None:
     outcome = json.loads(capsys.readouterr().out)
     assert code == 14 and outcome["status"] == "memory_limit"
     assert outcome["limits"]["resident"] == 100 * MiB
+
+
+# --------------------------------------------------------------------------- memory outside RLIMIT_AS
+
+# Holds argv[1] memfds of 64 MiB each (each under file_size), written, so they are memory: RLIMIT_AS never sees them.
+MEMFD_FILLER = """
+import os, sys
+chunk = b"x" * (1 << 20)
+fds = []
+for i in range(int(sys.argv[1])):
+    fd = os.memfd_create(f"fill{i}")
+    for _ in range(64):
+        os.write(fd, chunk)
+    fds.append(fd)
+    print("held", (i + 1) * 64, flush=True)
+"""
+
+
+def test_memfds_past_the_runs_memory_bound_end_memory_limit(capsys: pytest.CaptureFixture[str]) -> None:
+    require_memory_cgroup()
+    # 1.5 GiB of memfds under --memory 256M: the run's bound is 256M + 2 x 512M of tmpfs = 1.25 GiB.
+    exit_status = main(["run", "--json", "--memory", "256M", "--", sys.executable, "-c", MEMFD_FILLER, "24"])
+    outcome = json.loads(capsys.readouterr().out)
+    bound = Limits(memory=256 * MiB).memory_bound()
+    assert bound == 256 * MiB + 2 * Limits().shared_memory
+    assert exit_status == 14 and outcome["status"] == "memory_limit" and outcome["signal"] == "SIGKILL"
+    held = int(outcome["stdout"].split()[-1]) * MiB
+    assert bound - 128 * MiB <= held < bound
+    # The cgroup's peak, not one process's max RSS (about 20M here): what the run really held.
+    assert held <= outcome["peak_memory"] <= bound
+    assert "memory-cgroup" in outcome["isolation"]
+    assert (
+        "memory: the run reached its memory bound of 1.2G (its processes, /tmp, /dev/shm and memfds together, a "
+        "memory cgroup) and the kernel killed a process of it; --resident raises it"
+    ) in outcome["notes"]
+
+
+def test_memfds_under_the_bound_count_in_peak_memory() -> None:
+    require_memory_cgroup()
+    outcome = run([sys.executable, "-c", MEMFD_FILLER, "4"], limits=Limits(memory=256 * MiB))
+    assert outcome.status is Status.OK, outcome.stderr
+    assert outcome.stdout.split()[-1] == "256"
+    assert outcome.peak_memory >= 256 * MiB
+
+
+TMP_FILLER = """
+import errno
+chunk = b"x" * (1 << 20)
+n = 0
+try:
+    for i in range(20):
+        with open(f"/tmp/f{i}", "wb") as f:
+            for _ in range(100):
+                f.write(chunk)
+                n += 1
+except OSError as e:
+    print(errno.errorcode[e.errno], n)
+"""
+
+
+def test_filling_tmp_stops_at_shared_memory_with_enospc_and_counts_as_memory() -> None:
+    require_layers("fs")
+    if not probe().tmpfs_size:
+        pytest.skip("this bwrap has no --size (bubblewrap 0.7 or later)")
+    limits = Limits(shared_memory=300 * MiB)
+    outcome = run([sys.executable, "-c", TMP_FILLER], limits=limits, isolation="auto")
+    assert outcome.status is Status.OK, outcome.stderr
+    error, written = outcome.stdout.split()
+    assert error == "ENOSPC" and 298 <= int(written) <= 300
+    if memory_cgroup_root() is not None:
+        assert outcome.peak_memory >= 298 * MiB  # tmpfs pages are charged to the run's memory cgroup
+
+
+SEGMENT = """
+from multiprocessing import shared_memory
+s = shared_memory.SharedMemory(create=True, size=160 * 1024**2)
+s.buf[-1] = 7
+print(len(s.buf), s.buf[-1])
+s.close()
+s.unlink()
+"""
+
+
+@pytest.mark.parametrize("isolation", ["none", "auto"])
+def test_a_160_mib_shared_memory_segment_works_at_the_default_limits(isolation: str) -> None:
+    outcome = run([sys.executable, "-c", SEGMENT], isolation=isolation)
+    assert outcome.status is Status.OK, outcome.stderr
+    assert outcome.stdout == f"{160 * MiB} 7\n"
+
+
+def test_dev_shm_is_a_tmpfs_of_shared_memory_not_of_file_size() -> None:
+    require_layers("fs")
+    if not probe().tmpfs_size:
+        pytest.skip("this bwrap has no --size (bubblewrap 0.7 or later)")
+    code = "import os\nfor p in ('/tmp', '/dev/shm'):\n    v = os.statvfs(p); print(v.f_blocks * v.f_frsize)"
+    outcome = run(
+        [sys.executable, "-c", code], limits=Limits(file_size=8 * MiB, shared_memory=200 * MiB), isolation="auto"
+    )
+    assert outcome.stdout.split() == [str(200 * MiB), str(200 * MiB)]

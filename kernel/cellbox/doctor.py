@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 
+from .sandbox.cgroups import UNBOUNDED_MEMORY
 from .sandbox.isolation import LAYERS, UNPRIVILEGED_USER, Support, probe, socket_filter_missing
 
 __all__ = ["add_parser", "doctor_report"]
@@ -56,11 +57,14 @@ def extras(support: Support) -> dict[str, dict[str, object]]:
         "syscall_filter": {"available": blocked is None, "reason": blocked},
         "disk_tmpfs": {
             "available": support.tmpfs_size,
-            "reason": None if support.tmpfs_size else "bwrap has no --size (bubblewrap 0.7 or later)",
+            "reason": None
+            if support.tmpfs_size
+            else "bwrap has no --size (bubblewrap 0.7 or later): the disk limit, and the size of a run's /tmp and "
+            "/dev/shm (shared_memory), do not hold",
         },
         "memory_cgroup": {
             "available": cgroup is not None,
-            "reason": None if cgroup else "no writable memory cgroup (the resident limit needs root or a delegation)",
+            "reason": None if cgroup else UNBOUNDED_MEMORY,
         },
     }
 

@@ -125,6 +125,11 @@ def _limit_argv(limits: Limits) -> list[str]:
     for name, value in limits.as_dict().items():
         if value == getattr(Limits(), name):
             continue
+        if name == "shared_memory":
+            raise LimitError(
+                "--shared-memory: a kernel's /tmp and /dev/shm are its session's, sized once: "
+                "use --ceiling shared_memory=SIZE"
+            )
         if name in SESSION_WIDE_LIMITS:
             raise LimitError(
                 f"--{name}: not a limit of a kernel's cells (they share their session's sandbox); "
@@ -136,6 +141,25 @@ def _limit_argv(limits: Limits) -> list[str]:
         elif isinstance(value, float):
             value = f"{value:g}"
         argv.append(f"--CellboxKernel.{trait}={value}")
+    return argv
+
+
+def _ceiling_argv(words: list[str], session_memory: str | None) -> list[str]:
+    """``--CellboxKernel.ceiling=...`` and ``--CellboxKernel.session_memory=...`` from ``cellbox install``'s flags.
+
+    Raises:
+        LimitError: a word is not NAME=VALUE or a value is bad (checked here, not at the kernel's start).
+    """
+    from .kernel.magics import ceiling_from_text
+
+    argv = []
+    if words:
+        text = " ".join(words)
+        ceiling_from_text(text, source="--ceiling")
+        argv.append(f"--CellboxKernel.ceiling={text}")
+    if session_memory is not None:
+        Limits().updated({"resident": session_memory}, source="--session-memory")
+        argv.append(f"--CellboxKernel.session_memory={session_memory}")
     return argv
 
 
@@ -213,6 +237,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="isolation layers for every cell: none, auto (every layer this machine has) or strict (default: auto)",
     )
     group.add_argument("--network", action="store_true", help="with isolation on, let cells use the network")
+    ceilings = parser.add_argument_group("ceiling (what no %%limits line can lift; docs/reference/settings.md)")
+    ceilings.add_argument(
+        "--ceiling",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="the most a cell's %%limits may ask for, one limit each time, such as --ceiling memory=2G "
+        "--ceiling processes=100 (default: wall=1h cpu=1h memory=4G output=16M file_size=1G shared_memory=1G "
+        "open_files=1024 processes=256 nice=19 io_class=idle)",
+    )
+    ceilings.add_argument(
+        "--session-memory",
+        metavar="SIZE",
+        help="memory the whole session may hold: cells, snapshots, /tmp and /dev/shm (a memory cgroup, where "
+        "the machine gives one), e.g. 2G, or none (default: 4G)",
+    )
     parser.add_argument(
         "--start-method",
         choices=("spawn", "forkserver"),
@@ -236,6 +276,7 @@ def _cmd_install(args: argparse.Namespace) -> int:
     settings = [f"--CellboxKernel.isolation={args.isolation}"] if args.isolation else []
     settings += ["--CellboxKernel.network=True"] if args.network else []
     settings += [f"--CellboxKernel.start_method={args.start_method}"] if args.start_method else []
+    settings += _ceiling_argv(args.ceiling, args.session_memory)
     display = args.display_name or ("Python 3 (cellbox)" if args.name == DEFAULT_NAME else f"Python 3 ({args.name})")
     with tempfile.TemporaryDirectory() as tmp:
         source = write_spec(Path(tmp) / args.name, display, limits, settings, sys.executable)

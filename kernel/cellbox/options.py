@@ -21,6 +21,12 @@ LIMIT_OPTIONS = (
     ("--memory", "memory", "SIZE", "address-space limit per process (RLIMIT_AS), e.g. 256M, 1.5G, or none"),
     ("--output", "output", "SIZE", "bytes of stdout+stderr kept before the run is stopped, e.g. 100K"),
     ("--file-size", "file_size", "SIZE", "largest file a process may write (RLIMIT_FSIZE)"),
+    (
+        "--shared-memory",
+        "shared_memory",
+        "SIZE",
+        "size of the run's own /tmp and /dev/shm (tmpfs, counted as the run's memory), e.g. 1G",
+    ),
     ("--open-files", "open_files", "N", "open file descriptors per process (RLIMIT_NOFILE)"),
     ("--processes", "processes", "N", "processes and threads the run may have at once"),
     (
@@ -34,8 +40,8 @@ LIMIT_OPTIONS = (
         "--resident",
         "resident",
         "SIZE",
-        "resident memory of the whole run (a memory cgroup, where writable; reserved but untouched "
-        "address space does not count), e.g. 100M, or none",
+        "memory the whole run may hold: resident, tmpfs, memfds (a memory cgroup, where writable; reserved "
+        "but untouched address space does not count), e.g. 100M; by default --memory plus twice --shared-memory",
     ),
     ("--nice", "nice", "N", "CPU niceness, 0 (normal) to 19 (the lowest priority)"),
     ("--io-class", "io_class", "CLASS", "I/O scheduling class: idle, best-effort or none"),
@@ -60,7 +66,7 @@ def format_default(field: str, value: Any) -> str:
     """A limit's value as people write it in ``--help``: ``2G``, ``30 s``, ``none``, ``256``."""
     if value is None:
         return "none"
-    if field in ("memory", "output", "file_size", "disk", "resident"):
+    if field in ("memory", "output", "file_size", "shared_memory", "disk", "resident"):
         return format_size(int(value))
     if field in ("wall_time", "cpu_time"):
         return format_time(float(value))

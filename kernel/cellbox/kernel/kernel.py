@@ -60,7 +60,7 @@ from ..sandbox.session import ForkServer, ForkServerError, installed
 from .beside import BESIDE_RUNNER, Beside, complete_reply, empty_complete_reply, inspect_reply, run_beside
 from .cellerrors import error_for_outcome, exit_reason
 from .cellrunner import history_digest
-from .magics import cell_limits
+from .magics import ceiling_from_text, ceiling_note, cell_limits
 
 __all__ = ["CellboxKernel", "main"]
 
@@ -149,6 +149,18 @@ class CellboxKernel(Kernel):
     io_class = Unicode(_DEFAULTS.io_class, help="I/O scheduling class of cells: idle, best-effort or none.").tag(
         config=True
     )
+    ceiling = Unicode(
+        "",
+        help="The most a %%limits line may ask for, as NAME=VALUE words (the %%limits names), such as "
+        "'wall=600 memory=2G processes=100'; limits not named keep the default ceiling (docs/reference/settings.md). "
+        "A cell that asks for more runs at the ceiling, and is told so in one line. The session's own limits above "
+        "raise it where they are higher. Set by an administrator (kernelspec argv, Jupyter config), never by a cell.",
+    ).tag(config=True)
+    session_memory = Unicode(
+        "4G",
+        help="Memory the whole session may hold: every cell, the snapshots kept for %undo, and what cells keep in "
+        "/tmp and /dev/shm (a memory cgroup, where this machine gives one); 'none' for no bound.",
+    ).tag(config=True)
     carry_state = Bool(
         True,
         help="Carry the state from cell to cell: each cell is forked from the process image of the last cell that "
@@ -198,6 +210,22 @@ class CellboxKernel(Kernel):
             raise TraitError(str(exc)) from None
         return proposal["value"]
 
+    @validate("ceiling")
+    def _check_ceiling(self, proposal: Any) -> Any:
+        try:
+            ceiling_from_text(proposal["value"])
+        except LimitError as exc:
+            raise TraitError(str(exc)) from None
+        return proposal["value"]
+
+    @validate("session_memory")
+    def _check_session_memory(self, proposal: Any) -> Any:
+        try:
+            Limits().updated({"resident": proposal["value"]}, source="CellboxKernel.session_memory")
+        except LimitError as exc:
+            raise TraitError(str(exc)) from None
+        return proposal["value"]
+
     @validate("isolation")
     def _check_isolation(self, proposal: Any) -> Any:
         try:
@@ -234,6 +262,8 @@ class CellboxKernel(Kernel):
                 carry=self.carry_state,
                 undo_depth=self.undo_depth,
                 beside=(BESIDE_RUNNER,),
+                ceiling=self.ceiling_limits,
+                memory=Limits().updated({"resident": self.session_memory}).resident,
             ).start()
         (self.task.path / PID_FILE).write_text(str(os.getpid()))
         self._inputs: list[str] = [""]  # In[0] is empty, as in IPython
@@ -285,6 +315,12 @@ class CellboxKernel(Kernel):
             },
             source="CellboxKernel settings",
         )
+
+    @property
+    def ceiling_limits(self) -> Limits:
+        """The most any cell may be given: the ``ceiling`` setting over :data:`DEFAULT_CEILING`, raised to the
+        session's limits where those are higher (both are the administrator's)."""
+        return ceiling_from_text(self.ceiling).widened(self.session_limits)
 
     @property
     def banner(self) -> str:  # type: ignore[override]
@@ -345,10 +381,14 @@ class CellboxKernel(Kernel):
         self._last_outcome = None
         try:
             limits, body = cell_limits(code, self.session_limits)
-        except LimitError as exc:
+            ceiling = self.ceiling_limits
+        except (LimitError, ValueError, OverflowError) as exc:
             if store_history:
                 self._add_input(code, None)
             return self._publish_error("LimitError", str(exc), [f"LimitError: {exc}"])
+        limits, over = limits.capped(ceiling)
+        if over:
+            self._stream("stderr", ceiling_note(limits, over) + "\n")
         undo = _undo_request(body)
         if undo is not None:
             return await self._undo(undo, body, store_history)
@@ -462,6 +502,7 @@ class CellboxKernel(Kernel):
             )
         if undone < count:
             text += f"(Only {undone} earlier states were kept; CellboxKernel.undo_depth sets how many.)\n"
+        text += "".join(line + "\n" for line in shared_memory_line(result.get("shared")))
         self._stream("stdout", text)
         return {"status": "ok", "execution_count": self.execution_count, "payload": [], "user_expressions": {}}
 
@@ -523,6 +564,10 @@ class CellboxKernel(Kernel):
             self._last_outcome["snapshot"] = cell.snapshot
         if self.isolation != "none":
             self._warn_once({note: "" for note in outcome.notes}, "cellbox: note: {names}")
+        else:
+            # With isolation none the first cell says what cells can reach; the session's memory bound is said too.
+            memory = {note: "" for note in outcome.notes if note.startswith("memory: the session's bound")}
+            self._warn_once(memory, "cellbox: note: {names}")
         run = cell.run
         ended_early = run is not None and run.left_snapshot is False and self.carry_state
         if ended_early and run is not None and run.snapshot_error:
@@ -537,7 +582,8 @@ class CellboxKernel(Kernel):
         if outcome.status is Status.OK and ended_early and not cell.failed:
             # The runner never got back from the cell: its process ended (os._exit) part way.
             reason = exit_reason(outcome)
-            return self._publish_error("CellExitedError", reason, [f"CellExitedError: {reason}", DISCARDED])
+            shared = shared_memory_line(cell.snapshot.get("shared"))
+            return self._publish_error("CellExitedError", reason, [f"CellExitedError: {reason}", DISCARDED, *shared])
         if outcome.status is Status.OK:
             for error in cell.errors:  # one the cell showed and carried on after (a MemoryError caught)
                 if not error.pop("published", False):
@@ -560,7 +606,7 @@ class CellboxKernel(Kernel):
         if named is None:
             named = "CellExitedError", exit_reason(outcome)
         ename, evalue = named
-        kept = [DISCARDED] if cell.discarded else []
+        kept = [DISCARDED, *shared_memory_line(cell.snapshot.get("shared"))] if cell.discarded else []
         if ename == "KeyboardInterrupt" and last and last["ename"] == "KeyboardInterrupt":
             return self._publish_error(last["ename"], last["evalue"], [*last["traceback"], *kept])
         # The limit's line ends the last error's traceback, unless that error is already out.
@@ -1000,6 +1046,20 @@ def _remove_stale_task_directories() -> None:
 
 
 _UNDO = re.compile(r"\s*%undo(?:\s+(\S+))?\s*")
+
+
+def shared_memory_line(shared: Any) -> list[str]:
+    """The one line that names the state's shared memory mappings a stop or ``%undo`` could not take back
+    (the keeper's ``shared`` fact: ``{"count", "bytes", "names"}``), or no line when there are none."""
+    if not isinstance(shared, dict) or not shared.get("count"):
+        return []
+    names = ", ".join(str(name) for name in shared.get("names", []))
+    more = int(shared["count"]) - len(shared.get("names", []))
+    names += f" and {more} more" if more > 0 else ""
+    return [
+        "cellbox: writes to shared memory (mmap MAP_SHARED, multiprocessing, shared_memory, memfd) stay as they "
+        f"are, a stop or %undo cannot take them back: {format_size(int(shared.get('bytes', 0)))} in {names}"
+    ]
 
 
 def _undo_request(code: str) -> int | None:

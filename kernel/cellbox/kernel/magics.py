@@ -12,9 +12,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..sandbox.limits import LimitError, Limits
+from ..sandbox.limits import DEFAULT_CEILING, LimitError, Limits, format_size
 
-__all__ = ["split_limits_line", "register", "LIMITS_HELP", "NEEDS_LONG_LIVED_PROCESS"]
+__all__ = [
+    "split_limits_line",
+    "register",
+    "ceiling_from_text",
+    "ceiling_note",
+    "LIMITS_HELP",
+    "NEEDS_LONG_LIVED_PROCESS",
+]
 
 LIMITS_HELP = """Set this cell's limits, or show them.
 
@@ -26,7 +33,9 @@ runs that cell (only) with these limits; the session's limits hold for the
 other cells.  Names: wall (wall_time, seconds), cpu (cpu_time, CPU seconds,
 RLIMIT_CPU), memory (address space, RLIMIT_AS; "none" for no limit), output
 (bytes of stdout+stderr), file_size, open_files, processes, nice, io_class.
-Times accept 5, 2.5s, 1m; sizes accept 256M, 1.5G, 64K.
+Times accept 5, 2.5s, 1m; sizes accept 256M, 1.5G, 64K.  A line may lower any
+limit; it raises one only up to the kernel's ceiling (set by an administrator),
+and a cell that asks for more runs at the ceiling, with a one-line note.
 
 ``%limits`` on its own prints the limits this cell runs with.  Session limits
 come from the kernel's configuration (``--CellboxKernel.wall_time=30`` in the
@@ -87,6 +96,40 @@ def cell_limits(code: str, base: Limits) -> tuple[Limits, str]:
     if values is None:
         return base, code
     return base.updated(values, source="%%limits line"), body
+
+
+def ceiling_from_text(text: str, source: str = "CellboxKernel.ceiling") -> Limits:
+    """The ceiling a ``CellboxKernel.ceiling`` text gives: its ``NAME=VALUE`` words over :data:`DEFAULT_CEILING`.
+
+    Raises:
+        LimitError: a word is not ``NAME=VALUE``, or names an unknown limit or a bad value.
+    """
+    values: dict[str, str] = {}
+    for word in text.replace(",", " ").split():
+        name, sep, value = word.partition("=")
+        if not sep or not name or not value:
+            raise LimitError(f"{word!r} is not NAME=VALUE, such as memory=2G", source=source)
+        values[name] = value
+    return DEFAULT_CEILING.updated(values, source=source)
+
+
+def ceiling_note(limits: Limits, over: list[str]) -> str:
+    """The one line a cell gets when its ``%%limits`` asked for more than the ceiling: what it runs with instead."""
+    given = ", ".join(f"{name}={_shown(name, getattr(limits, name))}" for name in over)
+    return (
+        f"cellbox: note: %%limits asked for more than this kernel's ceiling; the cell runs at the ceiling: {given} "
+        "(an administrator sets it: CellboxKernel.ceiling)"
+    )
+
+
+def _shown(name: str, value: Any) -> str:
+    if value is None:
+        return "none"
+    if name in ("wall_time", "cpu_time"):
+        return f"{value:g}s"
+    if isinstance(value, int) and name not in ("open_files", "processes", "nice"):
+        return format_size(value)
+    return str(value)
 
 
 def register(shell: Any, limits: dict[str, Any]) -> None:

@@ -27,7 +27,14 @@ __all__ = [
     "REMOVER",
     "CGROUP_PREFIX",
     "STALE_CGROUP_AGE",
+    "UNBOUNDED_MEMORY",
 ]
+
+# What is not bounded without a memory cgroup: said by `cellbox doctor` and in a bounded session's notes.
+UNBOUNDED_MEMORY = (
+    "no writable memory cgroup (root or a delegated cgroup gives one): memfds, shared mappings and what runs keep "
+    "in /tmp and /dev/shm are not bounded as a whole, only by each tmpfs's size and each process's address space"
+)
 
 # Seconds the cgroups of finished runs may take to be removed when the process exits.
 DRAIN_TIMEOUT = 2.0
@@ -113,28 +120,55 @@ CGROUP_PREFIX = "cellbox-"
 def memory_cgroup_root() -> Path | None:
     """A memory cgroup directory this process may create run cgroups in, or ``None``.
 
-    cgroup v1's ``memory`` hierarchy, or the v2 root when its ``memory``
-    controller is on for children (the kernel's cgroup-v1/memory.rst and
-    cgroup-v2.rst).  Usually only root can write there.
+    First this process's own cgroup v1 memory cgroup, so that a run's cgroup
+    nests below it and stays inside whatever bound the machine put on this
+    process (a container's, a CI job's: v1 charges and limits hierarchically,
+    cgroup-v1/memory.rst section 6); else cgroup v1's ``memory`` hierarchy, or
+    the v2 root when its ``memory`` controller is on for children (cgroup-v2.rst).
+    Usually only root can write there.
     """
+    own = _own_v1_cgroup("memory")
+    if own is not None and (own / "memory.limit_in_bytes").exists() and os.access(own, os.W_OK):
+        return own
     return _cgroup_root("memory")
 
 
+def _own_v1_cgroup(controller: str) -> Path | None:
+    """This process's cgroup directory in the v1 hierarchy of ``controller`` (``/proc/self/cgroup``), or ``None``."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _number, kinds, path = line.split(":", 2)
+        if controller in kinds.split(","):
+            return Path("/sys/fs/cgroup") / controller / path.lstrip("/")
+    return None
+
+
 class MemoryCgroup(PidsCgroup):
-    """One run's memory cgroup: caps the resident memory of all its processes, and counts OOM kills.
+    """One run's memory cgroup: caps the memory all its processes hold, and counts OOM kills.
+
+    The kernel charges a cgroup with its processes' anonymous memory, the tmpfs
+    and memfd pages they write and the page cache they fill (cgroup-v1/memory.rst
+    section 2.2, cgroup-v2.rst "Memory Ownership"), so a run cannot hold memory
+    outside it by putting it in ``/dev/shm``.  ``limit`` ``None``: counted only.
 
     v1 writes ``memory.limit_in_bytes`` (and ``memory.memsw.limit_in_bytes``,
     so swap does not stretch the cap); v2 ``memory.max`` and ``memory.swap.max``.
     At the cap the kernel reclaims, then its OOM killer kills a process of the run.
     """
 
-    def __init__(self, root: Path, limit: int) -> None:
+    def __init__(self, root: Path, limit: int | None) -> None:
         REMOVER.start(root)
         self.path = root / f"{CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.path.mkdir()
         self.v2 = not (self.path / "memory.limit_in_bytes").exists()
+        self.limit = limit
         try:
-            if self.v2:
+            if limit is None:
+                pass  # no cap: the cgroup still counts (peak) what the run holds, tmpfs and memfds included
+            elif self.v2:
                 (self.path / "memory.max").write_text(str(limit))
                 if (self.path / "memory.swap.max").exists():
                     (self.path / "memory.swap.max").write_text("0")

@@ -64,7 +64,7 @@ class Confinement:
                 cwd=spec["cwd"],
                 task=str(self.task.path),
                 cgroup=spec.get("cgroup"),
-                tmpfs_bytes=self.limits.file_size,
+                tmpfs_bytes=self.limits.shared_memory,
                 path=env["PATH"],
                 task_size=self._task_tmpfs_size(plan, spec["cwd"]),
                 cgroups=spec.get("cgroups", []),
@@ -183,21 +183,24 @@ class Confinement:
             self._notes.append("resident: not applied to a run forked from a session (it shares the session's cgroups)")
 
     def _setup_resident_limit(self, spec: dict[str, Any]) -> None:
-        """Make the run's memory cgroup for the ``resident`` limit, or say why there is none."""
+        """Put the run in a memory cgroup capped at its memory bound (:meth:`Limits.memory_bound`), where one is
+        writable: it counts tmpfs, memfds and shared mappings, which RLIMIT_AS does not.  Without one, a note
+        says so when the run asked for ``resident`` (`cellbox doctor` says it for every run)."""
         self._memory_cgroup = None
-        if self.limits.resident is None:
-            return
+        bound = self.limits.memory_bound()
         root = memory_cgroup_root()
         if root is None:
-            self._notes.append(
-                "resident: not applied (no writable memory cgroup here: /sys/fs/cgroup/memory or a cgroup v2 "
-                "root with the memory controller, usually root's only); memory caps each process's address space"
-            )
+            if self.limits.resident is not None:
+                self._notes.append(
+                    "resident: not applied (no writable memory cgroup here: /sys/fs/cgroup/memory or a cgroup v2 "
+                    "root with the memory controller, usually root's only); memory caps each process's address space"
+                )
             return
         try:
-            self._memory_cgroup = MemoryCgroup(root, self.limits.resident)
+            self._memory_cgroup = MemoryCgroup(root, bound)
         except OSError as exc:
-            self._notes.append(f"resident: not applied (memory cgroup unavailable: {exc.strerror or exc})")
+            if self.limits.resident is not None:
+                self._notes.append(f"resident: not applied (memory cgroup unavailable: {exc.strerror or exc})")
             return
         spec["cgroups"] = [*spec.get("cgroups", []), str(self._memory_cgroup.path)]
         self._isolation.append("memory-cgroup")

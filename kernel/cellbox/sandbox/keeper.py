@@ -141,6 +141,27 @@ def memory_of(pid):
     return sizes
 
 
+# Shared memory mappings named in one fact at most, and characters of each name (a cell chooses the names).
+SHARED_NAMED, NAME_CHARS = 4, 80
+
+
+def checked_shared(value):
+    """A snapshot's word on its shared memory mappings (:func:`snapshots.shared_mappings`), as plain data.
+
+    The command that forked the snapshot wrote it, so it is only checked and
+    cut to size, never trusted for anything but the note it gives its own
+    user: ``{"count": int, "bytes": int, "names": [up to SHARED_NAMED short str]}``.
+    """
+    none = {"count": 0, "bytes": 0, "names": []}
+    if not isinstance(value, dict):
+        return none
+    count, size, names = value.get("count"), value.get("bytes"), value.get("names")
+    if not (isinstance(count, int) and isinstance(size, int) and isinstance(names, list)) or count < 0 or size < 0:
+        return none
+    names = ["".join(c if c.isprintable() else "?" for c in n)[:NAME_CHARS] for n in names if isinstance(n, str)]
+    return {"count": count, "bytes": size, "names": names[:SHARED_NAMED]}
+
+
 class Run:
     """The one run the keeper supervises: its pipes, its command, its accounts."""
 
@@ -754,7 +775,9 @@ class Keeper:
         pid = hello.get("pid") if isinstance(hello, dict) else None
         if isinstance(hello, dict) and isinstance(hello.get("error"), str):
             run.snapshot_error = hello["error"][:200]
-        if not own_child(pid) or not self.chain.offer(Snapshot(pid, following), stop=False):
+        snapshot = Snapshot(pid, following)
+        snapshot.shared = checked_shared(hello.get("shared") if isinstance(hello, dict) else None)
+        if not own_child(pid) or not self.chain.offer(snapshot, stop=False):
             following.close()
             if next_spare is not None:
                 next_spare.close()
@@ -812,13 +835,20 @@ class Keeper:
             state, depth = chain.pending, min(len(chain.kept) + 1, chain.undo_depth + 1)
         else:
             state, depth = chain.current(), len(chain.kept)
-        return {"depth": depth, "rss": resident_of(state.pid if state else None)}
+        facts = {"depth": depth, "rss": resident_of(state.pid if state else None)}
+        if not keep and state is not None:
+            # The dropped cell wrote what it liked into the state's shared memory: that stays.
+            facts["shared"] = state.shared
+        return facts
 
     def undo(self, count):
         """Drop the newest ``count`` kept snapshots (:meth:`Chain.undo`)."""
         undone = self.chain.undo(count)
         self.reap()
-        return {"undone": undone, "depth": len(self.chain.kept)}
+        current = self.chain.current() or self.chain.base
+        # Later cells wrote what they liked into the restored state's shared memory: that stays.
+        shared = current.shared if undone and current is not None else {"count": 0}
+        return {"undone": undone, "depth": len(self.chain.kept), "shared": shared}
 
     def stat(self):
         size, resident = vm_size()

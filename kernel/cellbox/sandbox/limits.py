@@ -15,11 +15,14 @@ cpu_time       seconds      RLIMIT_CPU, soft n (SIGXCPU), hard n + 1 (SIGKILL)
 memory         bytes        RLIMIT_AS (allocation fails: MemoryError)
 output         bytes        the parent stops reading and kills the tree
 file_size      bytes        RLIMIT_FSIZE (Python: EFBIG; others: SIGXFSZ)
+shared_memory  bytes        the size of the run's own ``/tmp`` and ``/dev/shm`` tmpfs (bubblewrap's
+                            ``--size``), counted in its memory cgroup where there is one
 open_files     count        RLIMIT_NOFILE
 processes      count        a pids cgroup when writable, else RLIMIT_NPROC
 disk           bytes        a size-capped tmpfs over the task directory (bubblewrap's
                             ``--size``); without it, only RLIMIT_FSIZE per file
-resident       bytes        a memory cgroup's limit (resident memory), when writable
+resident       bytes        a memory cgroup's limit (resident memory, tmpfs, memfds), when writable;
+                            by default ``memory`` plus twice ``shared_memory`` (see :meth:`Limits.memory_bound`)
 nice           0..19        setpriority(2)
 io_class       name         ioprio_set(2): ``idle``, ``best-effort`` or ``none``
 =============  ===========  ============================================
@@ -41,6 +44,7 @@ __all__ = [
     "format_size",
     "format_time",
     "IO_CLASSES",
+    "DEFAULT_CEILING",
 ]
 
 IO_CLASSES = ("idle", "best-effort", "none")
@@ -125,7 +129,7 @@ def format_time(seconds: float) -> str:
     return f"{seconds:g} s"
 
 
-_SIZE_FIELDS = ("memory", "output", "file_size", "disk", "resident")
+_SIZE_FIELDS = ("memory", "output", "file_size", "shared_memory", "disk", "resident")
 # Size limits that may be switched off (None): "none" or "unlimited" in text.
 _OPTIONAL_FIELDS = ("memory", "disk", "resident")
 _TIME_FIELDS = ("wall_time", "cpu_time")
@@ -142,6 +146,7 @@ ALIASES = {
     "procs": "processes",
     "io": "io_class",
     "rss": "resident",
+    "shm": "shared_memory",
 }
 
 
@@ -155,7 +160,15 @@ class Limits:
             second more, so a child that ignores SIGXCPU is SIGKILLed).
         memory: bytes of address space per process (RLIMIT_AS), or ``None`` for none.
         output: bytes of stdout plus stderr kept; more stops the run (``output_limit``).
-        file_size: largest file a process may write, bytes (RLIMIT_FSIZE).
+        file_size: largest file a process may write, bytes (RLIMIT_FSIZE).  A shared
+            memory segment or a memfd is a file too (ftruncate(2) past it fails
+            with EFBIG), so the default is as large as ``shared_memory``.
+        shared_memory: bytes of each of the run's own memory-backed folders,
+            ``/tmp`` and ``/dev/shm`` (tmpfs: what the kernel counts as Shmem,
+            where ``multiprocessing.shared_memory`` and PyTorch's DataLoader put
+            their segments), with the ``fs`` layer; a write past it fails with
+            ENOSPC.  What a run keeps there is memory, counted in its memory
+            cgroup (see ``resident``) and not by RLIMIT_AS.
         open_files: open file descriptors per process (RLIMIT_NOFILE).
         processes: processes the run may have at once (pids cgroup when writable,
             else RLIMIT_NPROC counted on top of the user's current processes).
@@ -166,12 +179,13 @@ class Limits:
             its task directory); a write past it fails with ENOSPC, and the
             Outcome's notes say the limit was reached.  Elsewhere only
             ``file_size`` holds, per file, and a note says the total is not capped.
-        resident: bytes of resident memory (RAM, page cache of its writes) the
-            whole run may use, or ``None`` for no cap: a memory cgroup's limit,
-            where one is writable (the kernel kills the run at the cap:
-            ``memory_limit``).  Unlike ``memory`` it does not count address
+        resident: bytes of resident memory (RAM, tmpfs, memfds, shared mappings,
+            page cache of its writes) the whole run may use: a memory cgroup's
+            limit, where one is writable (the kernel kills the run at the cap:
+            ``memory_limit``).  ``None`` (the default) bounds the run at
+            :meth:`memory_bound`.  Unlike ``memory`` it does not count address
             space reserved and never touched.  Where no memory cgroup is
-            writable, a note says so.
+            writable, a note says what is not bounded.
         nice: CPU niceness, 0 (normal) to 19 (lowest priority), see nice(1).
         io_class: I/O scheduling class, ``idle``, ``best-effort`` or ``none`` (unchanged).
     """
@@ -180,7 +194,8 @@ class Limits:
     cpu_time: float = 30.0
     memory: int | None = 2 * 1024**3
     output: int = 1024**2
-    file_size: int = 64 * 1024**2
+    file_size: int = 512 * 1024**2
+    shared_memory: int = 512 * 1024**2
     open_files: int = 256
     processes: int = 128
     disk: int | None = None
@@ -249,6 +264,49 @@ class Limits:
         except LimitError as exc:
             raise LimitError(str(exc), source=source) from None
 
+    def memory_bound(self) -> int | None:
+        """Bytes of memory the whole run may hold (its memory cgroup's limit), or ``None`` for no bound.
+
+        ``resident`` when given; else ``memory`` (one process's address space)
+        plus the two tmpfs of ``shared_memory`` bytes, which RLIMIT_AS does not
+        count; ``None`` when ``memory`` is ``None`` too.
+        """
+        if self.resident is not None:
+            return self.resident
+        if self.memory is None:
+            return None
+        return self.memory + 2 * self.shared_memory
+
+    def capped(self, ceiling: Limits) -> tuple[Limits, list[str]]:
+        """These limits lowered to ``ceiling`` wherever they ask for more; and the names that asked.
+
+        A size or a count asks for more when it is larger (``None``, no limit,
+        is larger than any); ``nice`` when it is lower (a higher priority,
+        setpriority(2)); ``io_class`` when it comes later in :data:`IO_CLASSES`
+        (``none`` keeps the kernel's own class, the highest).  A ``None`` in the
+        ceiling lets anything through.
+        """
+        changes: dict[str, Any] = {}
+        for field in dataclasses.fields(self):
+            name = field.name
+            mine, top = getattr(self, name), getattr(ceiling, name)
+            if name == "nice":
+                over = mine < top
+            elif name == "io_class":
+                over = IO_CLASSES.index(mine) > IO_CLASSES.index(top)
+            elif top is None:
+                over = False
+            else:
+                over = mine is None or mine > top
+            if over:
+                changes[name] = top
+        return (self.replace(**changes) if changes else self), list(changes)
+
+    def widened(self, other: Limits) -> Limits:
+        """This ceiling raised to ``other`` wherever ``other`` asks for more (see :meth:`capped`)."""
+        _capped, over = other.capped(self)
+        return self.replace(**{name: getattr(other, name) for name in over}) if over else self
+
     def describe(self) -> str:
         """One line for people: ``wall 30 s, cpu 30 s, memory 2G, output 1M``."""
         memory = format_size(self.memory) if self.memory is not None else "unlimited"
@@ -256,3 +314,19 @@ class Limits:
             f"wall {format_time(self.wall_time)}, cpu {format_time(self.cpu_time)}, "
             f"memory {memory}, output {format_size(self.output)}"
         )
+
+
+# The kernel's ceiling when its administrator sets none (docs/reference/settings.md): what one student's cell may
+# ask for on a shared server.  A %%limits line may lower anything, and raise only up to these.
+DEFAULT_CEILING = Limits(
+    wall_time=3600.0,
+    cpu_time=3600.0,
+    memory=4 * 1024**3,
+    output=16 * 1024**2,
+    file_size=1024**3,
+    shared_memory=1024**3,
+    open_files=1024,
+    processes=256,
+    nice=19,
+    io_class="idle",
+)

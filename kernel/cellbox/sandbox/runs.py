@@ -88,6 +88,9 @@ class ForkServer(Protocol):
     @property
     def cgroup_layers(self) -> list[str]: ...
 
+    @property
+    def memory_cgroup(self) -> MemoryCgroup | None: ...
+
     def refusal(self, argv: Sequence[str], limits: Limits, layers: Sequence[str]) -> str | None: ...
 
     def spawned(self) -> None: ...
@@ -246,6 +249,9 @@ class Run(Confinement, Pump):
             if os.geteuid() != 0:
                 spec["nproc_extra"] = self.limits.processes
             self._note_session_wide_limits()
+            self._session_memory = self._forkserver.memory_cgroup
+            if self._session_memory is not None:
+                self._session_ooms = self._session_memory.oom_kills()
         else:
             self._setup_processes_limit(spec)
             self._setup_resident_limit(spec)
@@ -563,6 +569,8 @@ class Run(Confinement, Pump):
     _reported = False  # the launcher sent its exit record: it killed the whole tree first
     _command_pid: int | None = None  # the command's pid (and group), as the supervisor reported it
     _swept: int | None = None  # processes killed by the parent after the supervisor was lost
+    _session_memory: MemoryCgroup | None = None  # a forked run's session's memory cgroup
+    _session_ooms = 0  # its OOM kills before the run
 
     def _outcome(self, record: dict[str, Any] | None, exec_error: str | None, wait_status: int) -> Outcome:
         wall = time.monotonic() - self.started
@@ -583,10 +591,26 @@ class Run(Confinement, Pump):
         if refused and reservation is None and "can't start new thread" in stderr[-4096:]:
             self._notes.append(f"processes: the run reached its limit of {self.limits.processes} processes and threads")
         oom_killed = self._memory_cgroup is not None and self._memory_cgroup.oom_kills() > 0
+        session = self._session_memory
+        if session is not None and signum == signal.SIGKILL and session.oom_kills() > self._session_ooms:
+            oom_killed = True
+            self._notes.append(
+                f"memory: the session reached its memory bound of {format_size(session.limit or 0)} (every cell, "
+                "snapshot, /tmp and /dev/shm together, a memory cgroup) and the kernel killed this cell"
+            )
+        if self._memory_cgroup is not None:
+            # All its processes, tmpfs and memfds together: more than any one process's max RSS.
+            peak = max(peak, self._memory_cgroup.peak())
+        bound = self.limits.memory_bound()
         if oom_killed and self.limits.resident is not None:
             self._notes.append(
                 f"resident: the run reached its resident memory limit of {format_size(self.limits.resident)} "
                 "(memory cgroup) and the kernel killed a process of it"
+            )
+        elif oom_killed and bound is not None:
+            self._notes.append(
+                f"memory: the run reached its memory bound of {format_size(bound)} (its processes, /tmp, /dev/shm "
+                "and memfds together, a memory cgroup) and the kernel killed a process of it; --resident raises it"
             )
         if record.get("disk_full") and self.limits.disk is not None:
             self._notes.append(

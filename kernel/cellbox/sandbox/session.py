@@ -49,10 +49,11 @@ from collections.abc import Sequence
 from importlib.util import find_spec
 from typing import Any
 
+from .cgroups import UNBOUNDED_MEMORY, MemoryCgroup
 from .environment import TaskDirectory, build_environment
 from .importpath import KEEPER_FLAGS
 from .isolation import BWRAP_LAYERS, Isolation, landlock_rules, make_plan, probe
-from .limits import Limits
+from .limits import DEFAULT_CEILING, Limits, format_size
 from .outcome import Outcome
 from .runs import ForkServerError, start
 
@@ -113,6 +114,8 @@ class _Setup:
     cwd: str
     undo_depth: int
     beside: tuple[str, ...] = ()
+    ceiling: Limits = DEFAULT_CEILING
+    memory: int | None = None
 
 
 class _Server:
@@ -136,7 +139,7 @@ class _Server:
                 # KEEPER_FLAGS: nothing of the folder it starts in (the notebook's) or of its home (the
                 # task's home/, which cells write) is imported by the keeper or the snapshots it forks.
                 [sys.executable, *KEEPER_FLAGS, "-m", "cellbox.sandbox.keeper", json.dumps(config)],
-                limits=_server_limits(),
+                limits=_server_limits(setup.ceiling, setup.memory),
                 task=setup.task,
                 cwd=setup.cwd,
                 pass_fds={theirs.fileno(): 3},
@@ -248,19 +251,28 @@ def _last_line(server: _Server) -> str:
     return lines[-1] if lines else f"it ended with status {outcome.status.value}"
 
 
-def _server_limits() -> Limits:
-    """The session's own limits: roomy, because a run can only lower what it inherits (setrlimit(2))."""
+# Tasks of the session's own (the keeper, its snapshots and spares, their threads) beyond a run's processes.
+SESSION_TASKS = 64
+
+
+def _server_limits(ceiling: Limits = DEFAULT_CEILING, memory: int | None = None) -> Limits:
+    """The session's own limits: its hard rlimits are the ceiling of every run in it (a run forked there keeps
+    soft limits only, and may raise them up to these: setrlimit(2)); its ``/tmp`` and ``/dev/shm`` are tmpfs of
+    the ceiling's ``shared_memory``; ``memory`` bytes bound the whole session (its memory cgroup, where one is
+    writable: every run, snapshot and tmpfs page together)."""
     _soft, nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
     _soft, fsize = resource.getrlimit(resource.RLIMIT_FSIZE)
-    big = 2**62
     return Limits(
         wall_time=float(10**9),
+        # The keeper holds each run to its own CPU limit (keeper.py); RLIMIT_CPU would count the keeper's life.
         cpu_time=float(10**7),
-        memory=None,
+        memory=ceiling.memory,
         output=1024**2,
-        file_size=big if fsize == resource.RLIM_INFINITY else fsize,
-        open_files=65536 if nofile == resource.RLIM_INFINITY else nofile,
-        processes=4096,
+        file_size=ceiling.file_size if fsize == resource.RLIM_INFINITY else min(fsize, ceiling.file_size),
+        shared_memory=ceiling.shared_memory,
+        open_files=ceiling.open_files if nofile == resource.RLIM_INFINITY else min(nofile, ceiling.open_files),
+        processes=ceiling.processes + SESSION_TASKS,
+        resident=memory,
         # The keeper alone keeps the kernel's priority: it is on the way of every run (hand-off, reaping,
         # report), and at 19 each of those hops waited for the machine's other work. Its snapshots
         # lower theirs to SNAPSHOT_NICE, so runs still start from there (snapshots.start_base).
@@ -294,6 +306,10 @@ class ForkServer:
             of it starts from its code already compiled (the kernel's cell runner builds
             IPython's shell there).
         handoff_timeout: seconds a hand-off may take before the run is spawned.
+        ceiling: the most any run of the session may be given (:class:`~cellbox.sandbox.limits.Limits`): the
+            session's hard rlimits, and the size of its ``/tmp`` and ``/dev/shm`` (``shared_memory``).  A
+            caller that gives runs more than this must lower them first (the kernel caps ``%%limits``).
+        memory: bytes the whole session may hold (a memory cgroup, where writable), or ``None`` for no bound.
 
     Start it with :meth:`start` (returns at once; the keeper imports in the
     background) and :meth:`wait_ready`, or leave it to the first run: that one
@@ -314,6 +330,8 @@ class ForkServer:
         warm: str | None = None,
         handoff_timeout: float = HANDOFF_TIMEOUT,
         beside: Sequence[str] = (),
+        ceiling: Limits = DEFAULT_CEILING,
+        memory: int | None = None,
     ) -> None:
         names = tuple(preload)
         self._own_task = task is None
@@ -326,6 +344,8 @@ class ForkServer:
             cwd=os.path.abspath(cwd if cwd is not None else self.task.work),
             undo_depth=max(0, int(undo_depth)),
             beside=tuple(beside),
+            ceiling=ceiling,
+            memory=memory,
         )
         self.carry = carry
         self.handoff_timeout = handoff_timeout
@@ -436,16 +456,29 @@ class ForkServer:
 
     @property
     def notes(self) -> list[str]:
-        """What the session could not set up (a Landlock domain the kernel refused), for the runs' notes."""
+        """What the session could not set up (a Landlock domain the kernel refused, its memory bound), for the runs'
+        notes."""
         server = self._server
         landlock = server.hello.get("landlock") if server is not None else None
-        return [str(landlock)] if landlock else []
+        notes = [str(landlock)] if landlock else []
+        if server is not None and self.setup.memory is not None and server.run._memory_cgroup is None:
+            # Said with every run (a kernel shows it once, on the first cell): the bound it was given does not hold.
+            notes.append(
+                f"memory: the session's bound of {format_size(self.setup.memory)} does not hold: {UNBOUNDED_MEMORY}"
+            )
+        return notes
 
     @property
     def cgroup_layers(self) -> list[str]:
         """``["pids-cgroup"]`` when the session's runs are counted in its pids cgroup (its processes limit)."""
         server = self._server
         return ["pids-cgroup"] if server is not None and server.hello.get("cgroup") else []
+
+    @property
+    def memory_cgroup(self) -> MemoryCgroup | None:
+        """The session's memory cgroup (every run, snapshot and tmpfs page of it), or ``None`` without one."""
+        server = self._server
+        return server.run._memory_cgroup if server is not None else None
 
     @property
     def loaded(self) -> list[str]:

@@ -275,6 +275,42 @@ def below_state(request):
     os._exit(1)
 
 
+# Mappings whose writes no snapshot can take back: shared anonymous memory (mmap(-1, n) shows as
+# "/dev/zero (deleted)"), memfds, POSIX and System V shared memory, deleted files (multiprocessing's heap).
+SHARED_MEMORY_PATHS = ("/dev/zero", "/memfd:", "/dev/shm/", "/SYSV")
+
+
+def shared_mappings():
+    """This process's shared memory mappings: ``{"count": n, "bytes": total, "names": [largest first]}``.
+
+    From /proc/self/maps (proc(5): an ``s`` in the permissions is MAP_SHARED);
+    a snapshot forked now holds the same mappings, and writes through them
+    reach every process that holds them, snapshots included.  Read here, in
+    the command, because the keeper may not read a snapshot's maps (it is not
+    dumpable: ptrace access mode checks).  Empty when unreadable.
+    """
+    found = {}
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        fields = line.split(None, 5)
+        if len(fields) < 5 or "s" not in fields[1]:
+            continue
+        path = fields[5].strip() if len(fields) == 6 else "anonymous"
+        if not (path.startswith(SHARED_MEMORY_PATHS) or path.endswith("(deleted)") or path == "anonymous"):
+            continue
+        start, _dash, end = fields[0].partition("-")
+        try:
+            found[path] = found.get(path, 0) + int(end, 16) - int(start, 16)
+        except ValueError:
+            continue
+    names = sorted(found, key=lambda name: -found[name])
+    return {"count": len(found), "bytes": sum(found.values()), "names": names[:8]}
+
+
 def make_snapshot(fd, spare_fd=None):
     """Fork the next snapshot and the next run's spare from this finished command.
 
@@ -301,7 +337,7 @@ def make_snapshot(fd, spare_fd=None):
     # process_vm_writev(2)); this command ends right after the fork anyway.
     set_dumpable(False)
     sequence = random.getstate()
-    names = {"event": "snapshot", "pid": None, "spare": None}
+    names = {"event": "snapshot", "pid": None, "spare": None, "shared": shared_mappings()}
     try:
         names["pid"] = os.fork()
     except OSError as exc:
@@ -753,6 +789,10 @@ def continue_process(pid):
 
 class Snapshot:
     """The keeper's handle on one snapshot process: its pid and its socket; stopped while nobody needs it."""
+
+    # What its command said of its shared memory mappings (keeper.checked_shared): writes there outlive a stop
+    # and an undo, so the kernel names them.  None for the base.
+    shared = {"count": 0, "bytes": 0, "names": []}
 
     def __init__(self, pid, sock):
         self.pid = pid
