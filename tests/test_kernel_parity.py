@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -277,3 +278,35 @@ def test_a_thread_pool_of_an_earlier_cell_takes_new_work(kernels: tuple[Kernel, 
     )
     later = "print(list(shared_pool.map(abs, [-3, -4, -5])))"
     assert same_output(kernels, made, later, later) == ["3\n", "[3, 4, 5]\n", "[3, 4, 5]\n"]
+
+
+# --------------------------------------------------------------------------- time at a prompt
+
+WALL = 5.0  # the wall-clock limit of the prompt test's cells, seconds
+WAIT_CAP = 8.0  # seconds of waiting at prompts that its session does not count against it
+
+
+def _answer_after(seconds: float) -> Any:
+    def answer(request: dict[str, Any]) -> str:
+        threading.Event().wait(seconds)
+        return "forty-two"
+
+    return answer
+
+
+@pytest.mark.slow
+def test_time_at_a_prompt_is_off_the_wall_clock_up_to_the_sessions_cap(
+    kernels: tuple[Kernel, Kernel], tmp_path: Path
+) -> None:
+    code = "answer = input('? ')\nprint(answer)"
+    extra = [f"--CellboxKernel.wall_time={WALL:g}", f"--CellboxKernel.input_wait_cap={WAIT_CAP:g}"]
+    _ours, theirs = kernels
+    expected = theirs.run(code, answer=_answer_after(WALL + 2))
+    with running_kernel("cellbox", cwd=str(tmp_path), extra=extra) as (_km, kc):
+        # The student answers after the cell's wall limit: the wait did not count, as under ipykernel (no limit).
+        waited = execute(kc, code, answer=_answer_after(WALL + 2))
+        assert (waited.status, waited.stream()) == (expected.status, expected.stream()) == ("ok", "forty-two\n")
+        # 7 of the session's 8 s are spent: the next long wait runs into the wall limit at about 5 + 1 s.
+        capped = execute(kc, code, answer=_answer_after(WALL + 4))
+        assert capped.content["ename"] == "CellTimeoutError", capped.content
+        assert execute(kc, "print(answer)").stream() == "forty-two\n"

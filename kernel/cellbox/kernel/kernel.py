@@ -42,6 +42,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,12 @@ class CellboxKernel(Kernel):
         help="Seconds an interrupted cell's KeyboardInterrupt handlers get to finish (saving a checkpoint, say) "
         "before its processes are killed; a second interrupt kills them at once.",
     ).tag(config=True)
+    input_wait_cap = Float(
+        3600.0,
+        help="Seconds of waiting for the user's answer (input(), getpass, pdb's prompt) that do not count against "
+        "the cells' wall-clock limits, for the whole session; past them, waiting counts as running. CPU time "
+        "always counts.",
+    ).tag(config=True)
     isolation = Unicode(
         "auto",
         help="Isolation layers for cells beyond rlimits (namespaces, Landlock; see docs/isolation.md): "
@@ -257,6 +264,7 @@ class CellboxKernel(Kernel):
         self._outputs: dict[int, str] = {}  # execution count -> text/plain of its result, for history
         self._running: Run | None = None
         self._interrupted: Run | None = None  # the running cell, once it was interrupted (a second interrupt kills)
+        self._input_waited = 0.0  # seconds cells of this session waited for answers, off their wall clocks
         self._input_gate = InputGate()
         self._last_outcome: dict[str, Any] | None = None
         self._notes: list[str] = []  # the notes shown beside the running cell (see _note)
@@ -979,13 +987,33 @@ class _Cell:
         if not self.allow_stdin:
             self.run.send({"error": "this frontend does not support input requests"})
             return
-        reply = await asyncio.to_thread(
-            self.kernel.ask_frontend, prompt, password, self.ident, self.parent, self.input_gate
-        )
+        reply = await self._waiting_for_the_user(prompt, password)
         if not reply.get("interrupted"):
             # An interrupted request gets no answer: the SIGINT the cell gets ends its input() (a cell that
             # ignores SIGINT is killed after the grace), so one interrupt is one KeyboardInterrupt.
             self.run.send(reply)
+
+    async def _waiting_for_the_user(self, prompt: str, password: bool) -> dict[str, Any]:
+        """Ask the frontend; the time the user takes does not count against the cell's wall-clock limit.
+
+        The deadline moves out by what is left of the session's
+        ``input_wait_cap`` while the request is open, then back to the time
+        actually waited, which the session's cap is charged.
+        """
+        run, kernel = self.run, self.kernel
+        budget = max(0.0, kernel.input_wait_cap - kernel._input_waited)
+        if run is not None:
+            run.move_deadline(budget)
+        asked = time.monotonic()
+        try:
+            return await asyncio.to_thread(
+                kernel.ask_frontend, prompt, password, self.ident, self.parent, self.input_gate
+            )
+        finally:
+            waited = min(time.monotonic() - asked, budget)
+            kernel._input_waited += waited
+            if run is not None:
+                run.move_deadline(waited - budget)
 
 
 class _SpecFile:
