@@ -706,6 +706,10 @@ def continue_process(pid):
 class Snapshot:
     """The keeper's handle on one snapshot process: its pid and its socket; stopped while nobody needs it."""
 
+    # Pids of snapshots and spares killed and not yet reaped (the keeper's): a large image takes a while to go,
+    # and a run killed meanwhile must not count them as its own processes.
+    dying = set()
+
     def __init__(self, pid, sock):
         self.pid = pid
         self.sock = sock
@@ -717,6 +721,7 @@ class Snapshot:
     def kill(self):
         try:
             os.kill(self.pid, signal.SIGKILL)
+            Snapshot.dying.add(self.pid)
         except OSError:
             pass
         self.sock.close()
