@@ -708,7 +708,7 @@ class Snapshot:
 
     # Pids of snapshots and spares killed and not yet reaped (the keeper's): a large image takes a while to go,
     # and a run killed meanwhile must not count them as its own processes.
-    dying = set()
+    dying: set[int] = set()
 
     def __init__(self, pid, sock):
         self.pid = pid
