@@ -271,6 +271,23 @@ def test_processes_an_earlier_cell_left_report_the_kill_that_ended_them(left_wor
     assert ours.out(code) == "-9 -9 0 False -9\n"
 
 
+def test_an_event_loop_task_waiting_on_work_of_an_earlier_cell_fails_at_once(kernels: tuple[Kernel, Kernel]) -> None:
+    ours, _theirs = kernels
+    leave = (
+        "import asyncio, time\nloop = asyncio.get_running_loop()\n"
+        "in_thread = loop.run_in_executor(None, time.sleep, 60)\nnap = asyncio.ensure_future(asyncio.sleep(0.2))\n"
+        "await asyncio.sleep(0)"
+    )
+    left = ours.run(leave)
+    assert left.status == "ok", left.errors
+    later = ours.run("await nap\nawait asyncio.wait_for(in_thread, 30)", timeout=60)
+    # The task of the loop itself goes on (its state is the cell's); what it waited for in a thread ended.
+    assert (later.content["ename"], later.content["evalue"]) == (
+        "CellWorkEndedError",
+        ended_message("this Future's work", int(left.content["execution_count"])),
+    )
+
+
 def test_a_thread_pool_of_an_earlier_cell_takes_new_work(kernels: tuple[Kernel, Kernel]) -> None:
     made = (
         "import concurrent.futures as cf\nshared_pool = cf.ThreadPoolExecutor(2)\n"
