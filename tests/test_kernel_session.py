@@ -151,7 +151,8 @@ def test_interrupt_stops_the_cell_and_the_kernel_lives_on(mode: str, tmp_path: P
 
 def test_interrupt_ignored_by_the_cell_is_followed_by_a_kill(tmp_path: Path) -> None:
     code = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('started')\ntime.sleep(300)"
-    with running_kernel("cellbox", cwd=str(tmp_path)) as (km, kc):
+    # A short grace: the default gives a KeyboardInterrupt handler 5 s, which this cell does not use.
+    with running_kernel("cellbox", cwd=str(tmp_path), extra=["--CellboxKernel.interrupt_grace=1"]) as (km, kc):
         result = execute(kc, code, during=_interrupt_when_started(km))
         assert (result.content["ename"], result.content["evalue"]) == ("KeyboardInterrupt", "the cell was interrupted")
         assert execute(kc, "print('alive')").stream() == "alive\n"
