@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import threading
 from collections.abc import Iterator
@@ -185,6 +186,40 @@ def test_kernel_info_offers_no_subshells_and_a_subshell_request_is_refused(kerne
     assert reply["parent_header"]["msg_id"] == request["header"]["msg_id"]
     assert (reply["content"]["status"], reply["content"]["evalue"]) == ("error", SUBSHELLS_REFUSED)
     assert ours.out("print('still one shell')") == "still one shell\n"
+
+
+# --------------------------------------------------------------------------- the debugger
+
+_CELL_FILE = re.compile(r"^> \S+\.py\(", re.MULTILINE)  # where the cell's source was written differs by kernel
+
+
+def _debugged(kernel: Kernel, code: str, answers: list[str]) -> tuple[str, list[str], str, list[str]]:
+    replies = iter(answers)
+    prompts: list[str] = []
+
+    def answer(request: dict[str, Any]) -> str:
+        prompts.append(request["prompt"])
+        return next(replies, "q")
+
+    result = kernel.run(code, answer=answer)
+    text = _CELL_FILE.sub("> <cell>.py(", plain(result.stream()))
+    return result.status, prompts, text, [error["ename"] for error in result.errors]
+
+
+def test_debug_and_pdb_reach_the_failed_frames_as_under_ipykernel(kernels: tuple[Kernel, Kernel]) -> None:
+    failing = "def invert_debug(x):\n    return 1 / x\ninvert_debug(0)"
+    seen = []
+    for kernel in kernels:
+        kernel.run(failing)
+        post_mortem = _debugged(kernel, "%debug", ["p x", "q"])
+        assert kernel.out("%pdb on") == "Automatic pdb calling has been turned ON\n"
+        automatic = _debugged(kernel, failing.replace("(0)", "(0.0)"), ["p x", "q"])
+        assert kernel.out("%pdb off") == "Automatic pdb calling has been turned OFF\n"
+        seen.append((post_mortem, automatic))
+    assert seen[0] == seen[1]
+    post_mortem, automatic = seen[0]
+    assert post_mortem[:2] == ("ok", ["ipdb> ", "ipdb> "]) and post_mortem[2].endswith("\n0\n")
+    assert (automatic[0], automatic[3]) == ("error", ["ZeroDivisionError"]) and automatic[2].endswith("\n0.0\n")
 
 
 # --------------------------------------------------------------------------- interrupts
