@@ -248,6 +248,17 @@ def test_an_interrupt_lets_the_cells_handler_finish_and_keeps_its_state(kernels:
     assert ours.run("pass").status == "ok"
 
 
+def test_an_interrupt_handler_that_raises_answers_with_its_own_error(kernels: tuple[Kernel, Kernel]) -> None:
+    code = CHECKPOINT.replace("time.sleep(2)", "handler_ran = True").replace(
+        "print('saved')", "raise ValueError('stopped early')"
+    )
+    for kernel in kernels:
+        result = kernel.run(code, during=_interrupt_when_started(kernel.km, 1))
+        assert [error["ename"] for error in result.errors] == ["ValueError"], kernel.name
+        assert (result.content["ename"], result.content["evalue"]) == ("ValueError", "stopped early"), kernel.name
+    assert same_output(kernels, "print(handler_ran)") == ["True\n"]
+
+
 def test_a_second_interrupt_stops_the_handler_at_once(kernels: tuple[Kernel, Kernel]) -> None:
     slow_handler = CHECKPOINT.replace("time.sleep(2)", "time.sleep(300)").replace("checkpoint", "never_saved")
     for kernel in kernels:

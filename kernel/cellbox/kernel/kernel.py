@@ -598,10 +598,11 @@ class CellboxKernel(Kernel):
                 f"cellbox: what this cell defined is not kept: {run.snapshot_error}; the next cell sees the names "
                 "as they were before it",
             )
-        if _handled_interrupt(outcome, cell) and not ended_early:
-            # Its own `except KeyboardInterrupt:` ended it in its own process: a cell that finished, as under
-            # ipykernel (its state was kept by _settle).
-            outcome = dataclasses.replace(outcome, status=Status.OK)
+        handled = _handled_interrupt(outcome, cell) if not ended_early else None
+        if handled is not None:
+            # Its own `except KeyboardInterrupt:` ended it in its own process, well or with an error of its own:
+            # the cell's reply is its own, as under ipykernel (its state was kept by _settle).
+            outcome = dataclasses.replace(outcome, status=handled)
         if outcome.status is Status.OK and ended_early and not cell.failed:
             # The runner never got back from the cell: its process ended (os._exit) part way.
             reason = exit_reason(outcome)
@@ -1122,15 +1123,21 @@ def _pick(message: dict[str, Any], *keys: str) -> dict[str, Any]:
     return {key: value if isinstance(value := message.get(key), dict) else {} for key in keys}
 
 
-def _handled_interrupt(outcome: Outcome, cell: _Cell) -> bool:
-    """Whether an interrupted cell ended through its own handler: exit status 0, no signal, no error of its own."""
-    return (
-        outcome.status is Status.INTERRUPTED
-        and outcome.signal is None
-        and outcome.exit_code == 0
-        and not cell.failed
-        and not cell.errors
-    )
+def _handled_interrupt(outcome: Outcome, cell: _Cell) -> Status | None:
+    """How an interrupted cell that ended through its own ``KeyboardInterrupt`` handler ended, or ``None``.
+
+    ``ok`` when it finished (exit status 0, no error); ``error`` when its
+    handler raised an error of its own (a ``ValueError``, not the
+    interrupt's ``KeyboardInterrupt``); ``None`` when the interrupt stopped
+    it, or a kill did.
+    """
+    if outcome.status is not Status.INTERRUPTED or outcome.signal is not None:
+        return None
+    if outcome.exit_code == 0 and not cell.failed and not cell.errors:
+        return Status.OK
+    if outcome.exit_code == 1 and cell.failed and cell.failed["ename"] != "KeyboardInterrupt":
+        return Status.ERROR
+    return None
 
 
 def _header(parent: Any) -> dict[str, Any]:
