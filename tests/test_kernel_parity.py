@@ -275,7 +275,7 @@ LEAVE_WORK = (
     "def cube(n):\n    return n ** 3\n"
     "processes = cf.ProcessPoolExecutor(2)\nprint(list(processes.map(cube, range(3))))\n"
     "pool = multiprocessing.Pool(2)\nprint(pool.map(cube, range(3)))\n"
-    "pending = pool.apply_async(time.sleep, (60,))\n"
+    "pending = pool.apply_async(time.sleep, (60,))\nslow_items = pool.imap(time.sleep, [60, 60])\n"
     "threads = cf.ThreadPoolExecutor(2)\nslow = threads.submit(time.sleep, 60)\n"
     "child = subprocess.Popen(['sleep', '60'])\nquick = subprocess.Popen(['true'])\nquick.wait()\n"
     "worker = multiprocessing.Process(target=time.sleep, args=(60,))\nworker.start()"
@@ -299,6 +299,7 @@ def left_work(kernels: tuple[Kernel, Kernel]) -> tuple[Kernel, int]:
         ("pool.map(cube, range(3))", "this Pool's workers"),
         ("pool.apply_async(cube, (2,)).get()", "this Pool's workers"),
         ("pending.get()", "the worker processes of this result"),
+        ("list(slow_items)", "the worker processes of this result"),
         ("slow.result()", "this Future's work"),
         ("cf.wait([slow]); slow.result()", "this Future's work"),
     ],

@@ -89,6 +89,8 @@ def install() -> None:
     pool_class: Any = mp_pool.Pool
     pool_class._check_running = _refusing(pool_class._check_running)
     mp_pool.ApplyResult.get = _result_refusing(mp_pool.ApplyResult.get)  # type: ignore[method-assign]
+    iterator: Any = mp_pool.IMapIterator
+    iterator.next = iterator.__next__ = _iterator_refusing(iterator.next)
     _note_instances(subprocess.Popen, _popens)
 
 
@@ -130,6 +132,20 @@ def _result_refusing(get: Callable[..., Any]) -> Callable[..., Any]:
         if count is not None and not self.ready():
             raise CellWorkEndedError(ended_message("the worker processes of this result", count))
         return get(self, timeout)
+
+    return guarded
+
+
+def _iterator_refusing(next_item: Callable[..., Any]) -> Callable[..., Any]:
+    """``imap()``'s iterator of a pool: the items that came are given, then it fails at once instead of waiting."""
+
+    @functools.wraps(next_item)
+    def guarded(self: Any, timeout: float | None = None) -> Any:
+        __tracebackhide__ = True  # noqa: F841
+        count = self.__dict__.get(ENDED)
+        if count is not None and not self._items and self._index != self._length:
+            raise CellWorkEndedError(ended_message("the worker processes of this result", count))
+        return next_item(self, timeout)
 
     return guarded
 
