@@ -137,7 +137,7 @@ class CellKernel:
     """``get_ipython().kernel``: what libraries read of ipykernel's kernel object, from a cell's process.
 
     Libraries take the attribute's presence (``hasattr(ip, "kernel")``,
-    ``ip.has_trait("kernel")``) to mean a notebook's kernel (pandas, plotly);
+    ``ip.has_trait("kernel")``) to mean a notebook's kernel (pandas, notebook helpers);
     ipywidgets' ``Output`` and others read the request the cell answers
     through :meth:`get_parent`.  The kernel process itself is out of a cell's
     reach: this object holds only what the cell's spec gave.
@@ -154,7 +154,7 @@ class CellKernel:
 
     @property
     def _parent_header(self) -> dict[str, Any]:
-        # ipykernel before 6.29 kept it here, and widget libraries still read it.
+        # Older ipykernel releases kept the request here, and some widget code still reads it.
         return self.get_parent()
 
 
