@@ -54,6 +54,14 @@ class Result:
         return "".join(c["text"] for c in self.of("stream") if c["name"] == name)
 
     @property
+    def notes(self) -> str:
+        """cellbox's own notes shown beside the cell (display_data of its note mimetype), one a line."""
+        from cellbox.kernel.kernel import NOTE_MIMETYPE
+
+        shown = [c["data"]["text/plain"] for c in self.of("display_data") if NOTE_MIMETYPE in c["data"]]
+        return "".join(f"{text}\n" for text in shown)
+
+    @property
     def errors(self) -> list[dict[str, Any]]:
         return self.of("error")
 

@@ -50,7 +50,7 @@ def kc(notebook_dir: Path) -> Iterator[BlockingKernelClient]:
     with running_kernel("cellbox", cwd=str(notebook_dir), extra=extra) as (_km, client):
         first = execute(client, "print('ready')")
         # Where no memory cgroup is writable, the first cell says in one line what is not bounded.
-        assert (UNBOUNDED_MEMORY in first.stream("stderr")) is (memory_cgroup_root() is None)
+        assert (UNBOUNDED_MEMORY in first.notes) is (memory_cgroup_root() is None)
         yield client
 
 
@@ -74,7 +74,7 @@ def test_raising_an_rlimit_past_the_ceiling_runs_at_the_ceiling(
 ) -> None:
     result = execute(kc, f"%%limits {line}\nimport resource\nprint(resource.getrlimit(resource.{rlimit}))")
     assert result.status == "ok", result.traceback
-    assert result.stream("stderr").splitlines() == [f"{NOTE}{named} (an administrator sets it: CellboxKernel.ceiling)"]
+    assert result.notes.splitlines() == [f"{NOTE}{named} (an administrator sets it: CellboxKernel.ceiling)"]
     # Soft and hard: the session's hard limits are the ceiling, so the cell cannot raise its own either.
     assert result.stream() == f"({value}, {value})\n"
 
@@ -92,7 +92,7 @@ def test_a_cell_cannot_raise_its_soft_limit_past_the_ceiling_itself(kc: Blocking
 
 def test_a_wall_time_past_the_ceiling_is_the_ceilings(kc: BlockingKernelClient) -> None:
     result = execute(kc, "%%limits wall=99999 cpu=99999\n%limits")
-    assert result.stream("stderr").splitlines() == [
+    assert result.notes.splitlines() == [
         f"{NOTE}wall_time=60s, cpu_time=60s (an administrator sets it: CellboxKernel.ceiling)"
     ]
     assert result.stream().startswith("wall 60 s, cpu 60 s, memory 512M")
@@ -108,7 +108,7 @@ def test_processes_past_the_ceiling_are_refused_at_the_ceiling(kc: BlockingKerne
         "stop.set()\nprint(len(started))"
     )
     result = execute(kc, "%%limits processes=100000\n" + code)
-    assert result.stream("stderr").startswith(f"{NOTE}processes=40 ")
+    assert result.notes.startswith(f"{NOTE}processes=40 ")
     started = int(result.stream().split()[-1])
     # At most the ceiling, never the 120 tried. A pids cgroup (root) counts the cell's threads exactly; RLIMIT_NPROC,
     # which stands in elsewhere, counts the user's tasks when the cell started, give or take the few that came or went.
@@ -118,7 +118,7 @@ def test_processes_past_the_ceiling_are_refused_at_the_ceiling(kc: BlockingKerne
 
 def test_lowering_a_limit_still_works_and_says_nothing(kc: BlockingKernelClient) -> None:
     result = execute(kc, f"%%limits memory=600M open_files=100\n{READ_LIMITS}")
-    assert result.stream("stderr") == ""
+    assert result.notes == "" and result.stream("stderr") == ""
     soft = result.stream().split(") (")
     assert soft[0] == f"({600 * MiB}, {1024**3}"
     assert soft[1].startswith("100, ")
@@ -131,7 +131,7 @@ def test_lowering_a_limit_still_works_and_says_nothing(kc: BlockingKernelClient)
 def test_a_bad_limits_line_is_one_error_and_the_kernel_lives_on(kc: BlockingKernelClient, line: str) -> None:
     result = execute(kc, f"%%limits {line}\nprint('ran')")
     if result.status == "ok":  # a value past the ceiling: capped, and said
-        assert result.stream() == "ran\n" and result.stream("stderr").startswith(NOTE)
+        assert result.stream() == "ran\n" and result.notes.startswith(NOTE)
     else:
         assert [e["ename"] for e in result.errors] == ["LimitError"] and result.stream() == ""
     assert execute(kc, "print(6 * 7)").stream() == "42\n"
@@ -139,7 +139,7 @@ def test_a_bad_limits_line_is_one_error_and_the_kernel_lives_on(kc: BlockingKern
 
 def test_a_nicer_priority_than_the_ceiling_is_capped(kc: BlockingKernelClient) -> None:
     result = execute(kc, "%%limits nice=0\nimport os\nprint(os.nice(0))")
-    assert result.stream("stderr").startswith(f"{NOTE}nice=19 ")
+    assert result.notes.startswith(f"{NOTE}nice=19 ")
     assert result.stream() == "19\n"
 
 

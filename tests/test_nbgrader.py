@@ -41,6 +41,11 @@ POINTS = {"test_squares": 2.0, "test_double": 1.0}
 
 GOOD_SQUARES = "def squares(n):\n    return [i * i for i in range(1, n + 1)]\n"
 GOOD_DOUBLE = "def double(x):\n    return x + x\n"
+THREADED_SQUARES = (
+    "import threading, time\nfrom concurrent.futures import ThreadPoolExecutor\nworkers = ThreadPoolExecutor(2)\n"
+    "def squares(n):\n    threading.Thread(target=time.sleep, args=(30,)).start()\n"
+    "    return list(workers.map(lambda i: i * i, range(1, n + 1)))\n"
+)
 SUBMISSIONS = {
     "ada": {"squares": GOOD_SQUARES, "double": GOOD_DOUBLE},
     # Defines the function, then spins with Ctrl-C ignored, so an interrupt alone cannot stop it.
@@ -55,7 +60,18 @@ SUBMISSIONS = {
         "double": GOOD_DOUBLE,
     },
     "dee": {"squares": GOOD_SQUARES + "import os\nos._exit(0)\n", "double": GOOD_DOUBLE},
+    # Correct, with a thread pool whose threads outlive the test cell and a reporter thread left running:
+    # cellbox's note about them must not cost points (nbgrader scores any stderr zero).
+    "eve": {"squares": THREADED_SQUARES, "double": GOOD_DOUBLE},
 }
+# The submissions graded on ipykernel too: a correct answer scores the same on both kernels.
+ON_BOTH = ("ada", "eve")
+IPYKERNEL_CONFIG = f"""\
+c = get_config()
+c.CourseDirectory.course_id = "demo"
+c.Execute.kernel_name = "python3"
+c.Execute.timeout = {NBGRADER_TIMEOUT}
+"""
 CONFIG = f"""\
 c = get_config()
 c.CourseDirectory.course_id = "demo"
@@ -122,18 +138,29 @@ class Course:
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory: pytest.TempPathFactory) -> Course:
+    return _graded_course(tmp_path_factory.mktemp("nbgrader") / "course", CONFIG, SUBMISSIONS)
+
+
+@pytest.fixture(scope="module")
+def ipykernel_course(tmp_path_factory: pytest.TempPathFactory) -> Course:
+    """The same course graded on ipykernel, with the submissions that must score the same on both kernels."""
+    on_both = {student: SUBMISSIONS[student] for student in ON_BOTH}
+    return _graded_course(tmp_path_factory.mktemp("nbgrader-ipykernel") / "course", IPYKERNEL_CONFIG, on_both)
+
+
+def _graded_course(root: Path, config: str, submissions: dict[str, dict[str, str]]) -> Course:
+    """Generate the assignment in ``root``, submit ``submissions`` and autograde them with ``config``."""
     if importlib.util.find_spec("nbgrader") is None:
         missing("nbgrader is not installed", "pip install -e '.[test]'")
-    root = tmp_path_factory.mktemp("nbgrader") / "course"
     (root / "source" / "ps1").mkdir(parents=True)
     (root.parent / "home").mkdir()
     nbformat.write(_source_notebook(), root / "source" / "ps1" / "ps1.ipynb")
-    (root / "nbgrader_config.py").write_text(CONFIG)
+    (root / "nbgrader_config.py").write_text(config)
     generated = _nbgrader(root, "generate_assignment", "ps1")
     assert generated.returncode == 0, generated.stderr
     released = nbformat.read(root / "release" / "ps1" / "ps1.ipynb", as_version=4)
     assert "100" not in "".join(c.source for c in released.cells), "hidden tests were released"
-    for student, answers in SUBMISSIONS.items():
+    for student, answers in submissions.items():
         nb = nbformat.from_dict(released)
         for cell in nb.cells:
             grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
@@ -163,6 +190,22 @@ def test_correct_submission_has_no_stderr_for_nbgrader_to_read_as_a_failure(cour
     for grade_id in ("squares", "test_squares", "double", "test_double"):
         outputs = course.cell("ada", grade_id).outputs
         assert [o for o in outputs if o.output_type == "error" or o.get("name") == "stderr"] == []
+
+
+def test_correct_answer_leaving_threads_scores_as_on_ipykernel_and_its_note_is_not_stderr(
+    course: Course, ipykernel_course: Course
+) -> None:
+    from cellbox.kernel.kernel import NOTE_MIMETYPE
+
+    assert ipykernel_course.autograde.returncode == 0, ipykernel_course.autograde.stderr[-3000:]
+    for student in ON_BOTH:
+        assert course.scores(student) == ipykernel_course.scores(student) == POINTS, student
+    outputs = course.cell("eve", "test_squares").outputs
+    assert [o for o in outputs if o.output_type == "error" or o.get("name") == "stderr"] == []
+    [note] = [o for o in outputs if o.output_type == "display_data"]
+    assert note.data[NOTE_MIMETYPE]["text"] == note.data["text/plain"]
+    # Two calls, two reporter threads; the pool's idle threads are not named (the next cell starts new ones).
+    assert note.data["text/plain"] == "cellbox: 2 threads were still running when the cell ended, and stopped with it"
 
 
 def test_endless_loop_ignoring_ctrl_c_is_stopped_at_the_wall_limit_and_the_rest_is_graded(course: Course) -> None:

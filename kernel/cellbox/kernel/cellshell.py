@@ -133,10 +133,43 @@ def _without_trailing_cellbox_frames(tb: Any) -> Any:
     return tb
 
 
+class CellKernel:
+    """``get_ipython().kernel``: what libraries read of ipykernel's kernel object, from a cell's process.
+
+    Libraries take the attribute's presence (``hasattr(ip, "kernel")``,
+    ``ip.has_trait("kernel")``) to mean a notebook's kernel (pandas, notebook helpers);
+    ipywidgets' ``Output`` and others read the request the cell answers
+    through :meth:`get_parent`.  The kernel process itself is out of a cell's
+    reach: this object holds only what the cell's spec gave.
+    """
+
+    implementation = "cellbox"
+
+    def __init__(self, shell: CellShell) -> None:
+        self.shell = shell
+
+    def get_parent(self, channel: str | None = None) -> dict[str, Any]:
+        """The ``execute_request`` this cell answers (its ``header`` only), as ``Kernel.get_parent`` gives it."""
+        return dict(self.shell.parent_header)
+
+    @property
+    def _parent_header(self) -> dict[str, Any]:
+        # Older ipykernel releases kept the request here, and some widget code still reads it.
+        return self.get_parent()
+
+
 class CellShell(InteractiveShell):
-    """IPython's shell whose display, results and errors go to :attr:`channel`."""
+    """IPython's shell whose display, results and errors go to :attr:`channel`.
+
+    It answers as ipykernel's ``ZMQInteractiveShell`` to the checks libraries
+    make to know they run in a notebook's kernel (see :data:`KERNEL_IDENTITY`):
+    its class's name and module, ``IPKernelApp`` in its config, a ``kernel``
+    trait (:class:`CellKernel`) and ``parent_header``.
+    """
 
     channel = AnyTrait(help="where messages to the kernel go: an object with send(dict)")
+    kernel = AnyTrait(help="what libraries read of the kernel: a CellKernel")
+    parent_header = AnyTrait({}, help="the execute_request this cell answers (its header), as ipykernel's shell has it")
     compiler_class = Type(CellCompiler)
     display_pub_class = Type(ChannelDisplayPublisher)
     displayhook_class = Type(ChannelDisplayHook)
@@ -153,6 +186,10 @@ class CellShell(InteractiveShell):
         if getattr(self.displayhook, "active", False):
             self.displayhook_error = (etype.__name__, str(evalue))
         self.channel.send({"type": "error", "ename": etype.__name__, "evalue": str(evalue), "traceback": list(stb)})
+
+    def get_parent(self) -> dict[str, Any]:
+        """The request this cell answers, as ``ZMQInteractiveShell.get_parent`` gives it."""
+        return dict(self.parent_header)
 
     def ask_exit(self) -> None:
         # As ipykernel: the frontend decides what exit() means (JupyterLab shuts the kernel down).
@@ -215,6 +252,12 @@ class CellShell(InteractiveShell):
         self._db = value
 
 
+# What libraries compare to know they run in a notebook's kernel (rich, tqdm, and many notebook helpers test the
+# class's name; pandas and others "zmq" in str(type(shell))): the names of ipykernel's shell class.
+KERNEL_IDENTITY = ("ipykernel.zmqshell", "ZMQInteractiveShell")
+CellShell.__module__, CellShell.__name__ = KERNEL_IDENTITY
+CellShell.__qualname__ = CellShell.__name__
+
 # The line magics of ipykernel.zmqshell.KernelMagics (ipykernel 6 and 7), declared lazily by CellShell.init_magics:
 # importing that module brings jupyter_client and zmq along, about 90 ms of the session's start
 # that would hold up its first cell.
@@ -256,8 +299,12 @@ class CellScriptMagics(ScriptMagics):
     def shebang(self, line: str, cell: str) -> Any:
         """Run a cell via a shell command, as IPython's ``%%script`` (see ``ScriptMagics.shebang``)."""
         argv = arg_split(line, posix=True)
-        _args, command = self.shebang.parser.parse_known_args(argv)
+        args, command = self.shebang.parser.parse_known_args(argv)
         if command and shutil.which(command[0]) is None:
+            # As IPython's shebang does before it looks for the program: --out and --err name empty text.
+            for name in (args.out, args.err):
+                if name and self.shell is not None:
+                    self.shell.user_ns[name] = ""
             # IPython's words, then where a cell looks: its PATH is the session's, not the user's shell's.
             print(f"Couldn't find program: {command[0]!r} on the cell's PATH ({os.environ.get('PATH', '')})")
             return None
@@ -275,7 +322,11 @@ def make_shell(channel: Sender, user_ns: dict[str, Any]) -> CellShell:
     config = Config()
     config.HistoryManager.hist_file = ":memory:"
     config.InteractiveShell.display_page = False
+    # "IPKernelApp" in get_ipython().config tells libraries (tqdm, pygmt, ...) that ipykernel's application
+    # started the shell; under Jupyter ipykernel's holds the connection file's path, here only its name.
+    config.IPKernelApp.connection_file = ""
     shell = CellShell.instance(config=config, user_ns=user_ns, channel=channel)
+    shell.kernel = CellKernel(shell)
     # IPython's default extension (InteractiveShellApp.default_extensions), which ipykernel's app loads: %store.
     assert shell.extension_manager is not None
     shell.extension_manager.load_extension("storemagic")

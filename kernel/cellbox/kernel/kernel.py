@@ -42,6 +42,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,16 @@ KEPT_STATUSES = (Status.OK, Status.ERROR, Status.MEMORY_LIMIT, Status.INTERRUPTE
 # (MemoryError by CellMemoryLimitError, a KeyboardInterrupt by the kill after the grace); every other
 # error goes out when the child sends it, in its place among the outputs, as under ipykernel.
 HELD_ERRORS = ("MemoryError", "KeyboardInterrupt")
+# Seconds an interrupted cell's own KeyboardInterrupt handlers get before its processes are killed (the default
+# of CellboxKernel.interrupt_grace): ipykernel waits for them for ever, and a checkpoint takes seconds to write.
+INTERRUPT_GRACE = 5.0
+# Features of ipykernel's kernel_info that cellbox does not have (the messaging spec's supported_features).
+UNSUPPORTED_FEATURES = ("debugger", "kernel subshells")
+SUBSHELLS_REFUSED = "cellbox runs one cell at a time, each forked from the session's latest state; it has no subshells"
+# The mimetype of cellbox's own notes, shown beside a cell as display_data (see CellboxKernel._note).
+NOTE_MIMETYPE = "application/vnd.cellbox.note+json"
+# The longest note a cell's process may ask the kernel to show, in characters.
+NOTE_LENGTH = 1000
 # History replies name one session: this kernel process's.
 SESSION_NUMBER = 1
 
@@ -172,7 +183,15 @@ class CellboxKernel(Kernel):
         help="Snapshots kept for %undo beyond the current one (each holds the memory its cell changed).",
     ).tag(config=True)
     interrupt_grace = Float(
-        1.0, help="Seconds an interrupted cell gets to stop on SIGINT before its processes are killed."
+        INTERRUPT_GRACE,
+        help="Seconds an interrupted cell's KeyboardInterrupt handlers get to finish (saving a checkpoint, say) "
+        "before its processes are killed; a second interrupt kills them at once.",
+    ).tag(config=True)
+    input_wait_cap = Float(
+        3600.0,
+        help="Seconds of waiting for the user's answer (input(), getpass, pdb's prompt) that do not count against "
+        "the cells' wall-clock limits, for the whole session; past them, waiting counts as running. CPU time "
+        "always counts.",
     ).tag(config=True)
     isolation = Unicode(
         "auto",
@@ -275,8 +294,11 @@ class CellboxKernel(Kernel):
         self._warned: set[str] = set()
         self._outputs: dict[int, str] = {}  # execution count -> text/plain of its result, for history
         self._running: Run | None = None
+        self._interrupted: Run | None = None  # the running cell, once it was interrupted (a second interrupt kills)
+        self._input_waited = 0.0  # seconds cells of this session waited for answers, off their wall clocks
         self._input_gate = InputGate()
         self._last_outcome: dict[str, Any] | None = None
+        self._notes: list[str] = []  # the notes shown beside the running cell (see _note)
         self._session_lost: str | None = None
         atexit.register(self.task.remove)
         # No cell, and no other program of this user, may trace this process or read its memory or
@@ -361,10 +383,20 @@ class CellboxKernel(Kernel):
     @property
     def kernel_info(self) -> dict[str, Any]:  # type: ignore[override]
         info = dict(super().kernel_info)
-        # No debugger: each cell's process is gone before a debugger could attach.
-        info["supported_features"] = [f for f in info.get("supported_features", []) if f != "debugger"]
+        # No debugger: each cell's process is gone before a debugger could attach. No subshells: a subshell's
+        # cell would run beside the main one without the session's state (see create_subshell_request).
+        info["supported_features"] = [f for f in info.get("supported_features", []) if f not in UNSUPPORTED_FEATURES]
         info["debugger"] = False
         return info
+
+    async def create_subshell_request(self, socket: Any, ident: Any, parent: Any) -> None:  # type: ignore[override]
+        """Refuse a subshell (JEP 91): kernel_info does not offer them, and each cell needs the session's snapshot.
+
+        The reply is an error in the messaging spec's form, so a client that asks anyway is told at once.
+        """
+        if self.session:
+            content = {"status": "error", "ename": "NotImplementedError", "evalue": SUBSHELLS_REFUSED, "traceback": []}
+            self.session.send(socket, "create_subshell_reply", content, parent, ident)
 
     # ------------------------------------------------------------------ execute
 
@@ -379,6 +411,7 @@ class CellboxKernel(Kernel):
     ) -> dict[str, Any]:
         """Run one cell in a fresh child; see the module docstring for the steps."""
         self._last_outcome = None
+        self._notes = []
         try:
             limits, body = cell_limits(code, self.session_limits)
             ceiling = self.ceiling_limits
@@ -388,7 +421,7 @@ class CellboxKernel(Kernel):
             return self._publish_error("LimitError", str(exc), [f"LimitError: {exc}"])
         limits, over = limits.capped(ceiling)
         if over:
-            self._stream("stderr", ceiling_note(limits, over) + "\n")
+            self._note(ceiling_note(limits, over))
         undo = _undo_request(body)
         if undo is not None:
             return await self._undo(undo, body, store_history)
@@ -421,7 +454,7 @@ class CellboxKernel(Kernel):
         try:
             outcome = await asyncio.to_thread(run.wait)
         finally:
-            self._running = None
+            self._running = self._interrupted = None
             cell.close()
             spec_file.remove()
         await asyncio.sleep(0)  # let the last forwarded messages go out first
@@ -434,11 +467,10 @@ class CellboxKernel(Kernel):
         if self.isolation == "none" and "isolation-none" not in self._warned:
             self._warned.add("isolation-none")
             # JupyterLab does not show the banner: say it where the user looks.
-            self._stream(
-                "stderr",
+            self._note(
                 "cellbox: note: this kernel's cells run with isolation none: they can read your files, use the "
-                "network and signal your other programs (see `cellbox doctor`)\n"
-                + (f"cellbox: note: {ROOT_POWERS}\n" if os.geteuid() == 0 else ""),
+                "network and signal your other programs (see `cellbox doctor`)"
+                + (f"\ncellbox: note: {ROOT_POWERS}" if os.geteuid() == 0 else ""),
             )
         server = self._forkserver
         if server is None:
@@ -447,10 +479,9 @@ class CellboxKernel(Kernel):
             await asyncio.to_thread(server.wait_ready, SESSION_READY_TIMEOUT)
         if server.lost and server.lost != self._session_lost:
             self._session_lost = server.lost
-            self._stream(
-                "stderr",
+            self._note(
                 f"cellbox: the session's state was lost ({server.lost}); this cell starts without the names "
-                "of earlier cells\n",
+                "of earlier cells",
             )
 
     def _settle(self, cell: _Cell, outcome: Outcome) -> None:
@@ -547,6 +578,12 @@ class CellboxKernel(Kernel):
             "history_length": before,
             "history_digest": self._digests[before - 1],
             "limits": limits.as_dict(),
+            # The shell `!cmd` runs under, as ipykernel's cells have it: the user's (IPython reads $SHELL).
+            "shell": os.environ.get("SHELL", ""),
+            # What the cell's get_ipython().kernel.get_parent() and .config["IPKernelApp"] give libraries: the
+            # request's header, and the connection file's name without its folder (and never its key).
+            "parent": {"header": _header(self.get_parent("shell"))},
+            "connection_file": os.path.basename(str(getattr(self.parent, "connection_file", "") or "")),
         }
         # A cell may have removed parts of the task directory: make them again.
         for directory in (self.task.home, self.task.work):
@@ -574,11 +611,15 @@ class CellboxKernel(Kernel):
             # It finished, but its state could not be kept (its fork refused: the processes it left running
             # took its processes limit): said in one line, and the cell's reply is its own.
             ended_early = False
-            self._stream(
-                "stderr",
+            self._note(
                 f"cellbox: what this cell defined is not kept: {run.snapshot_error}; the next cell sees the names "
-                "as they were before it\n",
+                "as they were before it",
             )
+        handled = _handled_interrupt(outcome, cell) if not ended_early else None
+        if handled is not None:
+            # Its own `except KeyboardInterrupt:` ended it in its own process, well or with an error of its own:
+            # the cell's reply is its own, as under ipykernel (its state was kept by _settle).
+            outcome = dataclasses.replace(outcome, status=handled)
         if outcome.status is Status.OK and ended_early and not cell.failed:
             # The runner never got back from the cell: its process ended (os._exit) part way.
             reason = exit_reason(outcome)
@@ -614,12 +655,27 @@ class CellboxKernel(Kernel):
         return self._publish_error(ename, evalue, [*traceback, f"{ename}: {evalue}", *kept])
 
     def _warn_once(self, items: dict[str, str], template: str) -> None:
-        """Write ``template`` with the items not warned about before (``name (why)``) to stderr."""
+        """Show ``template`` with the items not noted before (``name (why)``) as a note (see :meth:`_note`)."""
         fresh = {name: why for name, why in items.items() if name not in self._warned}
         if fresh:
             self._warned.update(fresh)
             names = ", ".join(f"{name} ({why})" if why else name for name, why in sorted(fresh.items()))
-            self._stream("stderr", template.format(names=names) + "\n")
+            self._note(template.format(names=names))
+
+    def _note(self, text: str) -> None:
+        """Show one of cellbox's own notes beside the cell, where graders do not score it, and keep it for the reply.
+
+        Never on stderr or stdout: nbgrader scores a test cell zero for any
+        stderr output, and a cell that did nothing wrong must score as under
+        ipykernel.  A ``display_data`` of ``text/plain`` (what JupyterLab
+        shows) and :data:`NOTE_MIMETYPE` (what a program looks for), which
+        nbgrader's ``determine_grade`` does not read; the execute reply's
+        metadata lists the cell's notes under ``cellbox.kernel_notes``.
+        """
+        text = text.rstrip("\n")
+        self._notes.append(text)
+        content = {"data": {"text/plain": text, NOTE_MIMETYPE: {"text": text}}, "metadata": {}, "transient": {}}
+        self.send_response(self.iopub_socket, "display_data", content)
 
     def _publish_error(self, ename: str, evalue: str, traceback: list[str]) -> dict[str, Any]:
         content = {"ename": ename, "evalue": evalue, "traceback": traceback}
@@ -646,6 +702,8 @@ class CellboxKernel(Kernel):
         metadata["status"] = reply_content.get("status")
         if self._last_outcome is not None:
             metadata["cellbox"] = self._last_outcome
+        if self._notes:
+            metadata.setdefault("cellbox", {})["kernel_notes"] = list(self._notes)
         return metadata
 
     # ------------------------------------------------------------------ interrupt, stdin
@@ -662,9 +720,17 @@ class CellboxKernel(Kernel):
         self.interrupt_cell()
 
     def interrupt_cell(self) -> None:
-        """Interrupt the running cell (thread-safe): SIGINT to its group, SIGKILL after a grace."""
+        """Interrupt the running cell (thread-safe): SIGINT to its group, SIGKILL after a grace or a second interrupt.
+
+        The grace (:attr:`interrupt_grace`) is the time the cell's own
+        ``except KeyboardInterrupt:`` handlers get to finish; a second
+        interrupt of the same cell does not wait for them.
+        """
         run = self._running
-        if run is not None:
+        if run is not None and self._interrupted is run:
+            run.kill()
+        elif run is not None:
+            self._interrupted = run
             run.interrupt(grace=self.interrupt_grace)
         # Not gate.close(): this may run in a signal handler, which must not wait for the gate's lock.
         self._input_gate.closed.set()
@@ -942,6 +1008,9 @@ class _Cell:
             asyncio.ensure_future(self._answer(str(message.get("prompt", "")), bool(message.get("password"))))
         elif kind == "payload" and isinstance(message.get("payload"), list):
             self.payload = message["payload"]
+        elif kind == "note" and isinstance(message.get("text"), str):
+            # The runner's own word (threads the cell left): a note, never the cell's stderr.
+            self.kernel._note(message["text"][:NOTE_LENGTH])
         elif kind == "user_expressions" and isinstance(message.get("value"), dict):
             self.user_expressions = message["value"]
         elif kind == "transformed" and isinstance(message.get("source"), str) and self.history_index is not None:
@@ -955,13 +1024,33 @@ class _Cell:
         if not self.allow_stdin:
             self.run.send({"error": "this frontend does not support input requests"})
             return
-        reply = await asyncio.to_thread(
-            self.kernel.ask_frontend, prompt, password, self.ident, self.parent, self.input_gate
-        )
+        reply = await self._waiting_for_the_user(prompt, password)
         if not reply.get("interrupted"):
             # An interrupted request gets no answer: the SIGINT the cell gets ends its input() (a cell that
             # ignores SIGINT is killed after the grace), so one interrupt is one KeyboardInterrupt.
             self.run.send(reply)
+
+    async def _waiting_for_the_user(self, prompt: str, password: bool) -> dict[str, Any]:
+        """Ask the frontend; the time the user takes does not count against the cell's wall-clock limit.
+
+        The deadline moves out by what is left of the session's
+        ``input_wait_cap`` while the request is open, then back to the time
+        actually waited, which the session's cap is charged.
+        """
+        run, kernel = self.run, self.kernel
+        budget = max(0.0, kernel.input_wait_cap - kernel._input_waited)
+        if run is not None:
+            run.move_deadline(budget)
+        asked = time.monotonic()
+        try:
+            return await asyncio.to_thread(
+                kernel.ask_frontend, prompt, password, self.ident, self.parent, self.input_gate
+            )
+        finally:
+            waited = min(time.monotonic() - asked, budget)
+            kernel._input_waited += waited
+            if run is not None:
+                run.move_deadline(waited - budget)
 
 
 class _SpecFile:
@@ -1082,6 +1171,31 @@ def _not_dumpable() -> None:
 def _pick(message: dict[str, Any], *keys: str) -> dict[str, Any]:
     """The ``keys`` of a child's message, each a dict as the messaging spec has them (anything else: empty)."""
     return {key: value if isinstance(value := message.get(key), dict) else {} for key in keys}
+
+
+def _handled_interrupt(outcome: Outcome, cell: _Cell) -> Status | None:
+    """How an interrupted cell that ended through its own ``KeyboardInterrupt`` handler ended, or ``None``.
+
+    ``ok`` when it finished (exit status 0, no error); ``error`` when its
+    handler raised an error of its own (a ``ValueError``, not the
+    interrupt's ``KeyboardInterrupt``); ``None`` when the interrupt stopped
+    it, or a kill did.
+    """
+    if outcome.status is not Status.INTERRUPTED or outcome.signal is not None:
+        return None
+    if outcome.exit_code == 0 and not cell.failed and not cell.errors:
+        return Status.OK
+    if outcome.exit_code == 1 and cell.failed and cell.failed["ename"] != "KeyboardInterrupt":
+        return Status.ERROR
+    return None
+
+
+def _header(parent: Any) -> dict[str, Any]:
+    """The header of a request as JSON text and numbers (its ``date`` as ISO 8601 text), for a cell's spec."""
+    header = parent.get("header") if isinstance(parent, dict) else None
+    if not isinstance(header, dict):
+        return {}
+    return {str(k): v.isoformat() if hasattr(v, "isoformat") else v for k, v in header.items()}
 
 
 def _outcome_metadata(outcome: Outcome) -> dict[str, Any]:

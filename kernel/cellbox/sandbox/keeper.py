@@ -202,6 +202,7 @@ class Spare:
     def kill(self):
         try:
             os.kill(self.pid, signal.SIGKILL)
+            Snapshot.dying.add(self.pid)
         except OSError:
             pass
         self.sock.close()
@@ -694,6 +695,7 @@ class Keeper:
                 return
             if pid == 0:
                 return
+            Snapshot.dying.discard(pid)
             run = self.run
             if run is not None:
                 run.peak_kib = max(run.peak_kib, usage.ru_maxrss)
@@ -717,7 +719,7 @@ class Keeper:
             # Below a snapshot too: whatever cell code a snapshot ran (an at-fork handler's
             # child) is the run's, and dies with it.
             pids = [pid for pid in subtree(os.getpid()) if pid not in spared]
-            run.killed.update(pid for pid in pids if pid != run.pid)
+            run.killed.update(pid for pid in pids if pid != run.pid and pid not in Snapshot.dying)
             _launch.kill_processes(run.pid if run.status is None else None, pids)
             self.reap()
             if not pids and run.status is not None:

@@ -433,6 +433,22 @@ class Run(Confinement, Pump):
             self._kill_at = time.monotonic() + grace
         self._control("interrupt")
 
+    def move_deadline(self, seconds: float) -> None:
+        """Move the wall-clock deadline ``seconds`` later (earlier when negative); thread-safe.
+
+        The kernel stops a cell's wall clock while the cell waits for its user's
+        answer (``input()``): the run's waiting loop reads the deadline at least
+        once a second, and this wakes it at once.
+        """
+        with self._lock:
+            self.deadline += seconds
+        wake_w = self._wake_w
+        if wake_w is not None:
+            try:
+                os.write(wake_w, b"x")
+            except OSError:
+                pass  # the run has ended
+
     def kill(self, reason: Status = Status.INTERRUPTED) -> None:
         """Kill the command and every process it started, now."""
         with self._lock:

@@ -793,6 +793,9 @@ class Snapshot:
     # What its command said of its shared memory mappings (keeper.checked_shared): writes there outlive a stop
     # and an undo, so the kernel names them.  None for the base.
     shared = {"count": 0, "bytes": 0, "names": []}
+    # Pids of snapshots and spares killed and not yet reaped (the keeper's): a large image takes a while to go,
+    # and a run killed meanwhile must not count them as its own processes.
+    dying: set[int] = set()
 
     def __init__(self, pid, sock):
         self.pid = pid
@@ -805,6 +808,7 @@ class Snapshot:
     def kill(self):
         try:
             os.kill(self.pid, signal.SIGKILL)
+            Snapshot.dying.add(self.pid)
         except OSError:
             pass
         self.sock.close()
