@@ -689,7 +689,7 @@ def _sockets_to_deny(isolation: Isolation, layers: list[str]) -> tuple[bool, boo
 # the run (asyncio, multiprocessing.Pipe, the session).
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
 # socketpair(2) types refused with unix sockets (the type argument masked with 0xf, which drops
-# SOCK_NONBLOCK and SOCK_CLOEXEC): an end of any of these is not bound to its peer, so sendto(2)
+# SOCK_NONBLOCK and SOCK_CLOEXEC): an end of a datagram pair is not bound to its peer, so sendto(2)
 # or connect(2) with an address reaches any pathname socket of the host (/dev/log, journald's).
 SOCK_TYPE_MASK = 0xF
 SOCK_DGRAM, SOCK_RAW, SOCK_RDM, SOCK_SEQPACKET, SOCK_DCCP, SOCK_PACKET = 2, 3, 4, 5, 6, 10
@@ -779,7 +779,10 @@ def socket_filter(inet: bool = True, unix: bool = True, refuse: tuple[str, ...] 
     for call in ("io_uring_setup", "io_uring_enter", "io_uring_register"):
         rules.add_rule(deny, call)
     if unix:
-        for kind in (SOCK_DGRAM, SOCK_RAW, SOCK_RDM, SOCK_SEQPACKET, SOCK_DCCP, SOCK_PACKET):
+        # SOCK_SEQPACKET stays allowed, as SOCK_STREAM: its ends are connected to each other, an address
+        # given to sendto(2) is ignored (af_unix.c, unix_seqpacket_sendmsg) and connect(2) fails with
+        # EISCONN; the session's keeper and its snapshots talk over such pairs.
+        for kind in (SOCK_DGRAM, SOCK_RAW, SOCK_RDM, SOCK_DCCP, SOCK_PACKET):
             rules.add_rule(deny, "socketpair", seccomp.Arg(1, seccomp.MASKED_EQ, SOCK_TYPE_MASK, kind))
         if inet:
             rules.add_rule(deny, "connect")
