@@ -115,7 +115,8 @@ def running_as(support: Support) -> str:
 
 def doctor_lines(support: Support) -> list[str]:
     """The lines ``cellbox doctor`` prints for ``support``, from bubblewrap to what to do."""
-    lines = [f"bubblewrap: {_bwrap_version(support.bwrap) if support.bwrap else 'not installed (apt-get install bubblewrap)'}"]
+    bwrap = _bwrap_version(support.bwrap) if support.bwrap else "not installed (apt-get install bubblewrap)"
+    lines = [f"bubblewrap: {bwrap}"]
     lines.append(running_as(support))
     lines.append(f"user namespaces: {'yes' if support.userns is None else 'no: ' + support.userns}")
     # Layers that share a reason (all of bubblewrap's) say it once.
