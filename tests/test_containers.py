@@ -207,6 +207,13 @@ def test_kernel_in_the_sandbox_carries_state_stops_a_runaway_and_says_what_it_la
     sandboxed_kernel: tuple[str, object],
 ) -> None:
     kind, kc = sandboxed_kernel
+    kc.kernel_info()  # type: ignore[attr-defined]
+    banner = kc.get_shell_msg(timeout=60)["content"]["banner"]  # type: ignore[attr-defined]
+    if ROOT:
+        assert "its cells run as root (no user namespace here) with every capability dropped" in banner
+    else:
+        active = "landlock" if kind == "no-userns" else "no layer"
+        assert f"Isolation auto: {active} (net, pid, fs, user: not available: {NO_USERNS_WORDS[kind]}" in banner
     first = execute(kc, "x = 21")  # type: ignore[arg-type]
     assert first.status == "ok", first.traceback
     said = first.stream("stderr")
