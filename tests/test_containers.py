@@ -228,3 +228,35 @@ def test_kernel_in_the_sandbox_carries_state_stops_a_runaway_and_says_what_it_la
     assert [error["ename"] for error in runaway.errors] == ["CellTimeoutError"]
     after = execute(kc, "print(x)")  # type: ignore[arg-type]
     assert (after.status, after.stream()) == ("ok", "21\n")  # the stopped cell's change is gone
+
+
+def test_doctor_where_bwrap_is_refused_its_namespaces_says_what_to_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A container's default seccomp profile: bwrap's namespaces fail with EPERM, for root as for a user.
+    fake = tmp_path / "bwrap"
+    fake.write_text('#!/bin/sh\necho "bwrap: Creating new namespace failed: Operation not permitted" >&2\nexit 1\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    from cellbox.cli import main
+
+    assert main(["doctor"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"bubblewrap: {fake}"
+    assert [line[:9] for line in lines if line.startswith(("pid ", "fs "))] == ["pid      ", "fs       "]
+    assert "pid      no: as for net" in lines
+    if ROOT:
+        assert (
+            "net      no: bwrap cannot start here (bwrap: Creating new namespace failed: Operation not permitted)"
+            in lines
+        )
+        assert "user     yes" in lines  # a plain switch to another user needs no bwrap
+        assert lines[-1].startswith("to get more: bubblewrap as root needs CAP_SYS_ADMIN: start the container with ")
+    else:
+        # The cause's first words depend on the machine (a sysctl, AppArmor, a container); bwrap's own do not.
+        refused = (
+            "no user namespace, so no bubblewrap layer (bwrap: Creating new namespace failed: Operation not permitted)"
+        )
+        assert lines[3].startswith("net      no: ") and lines[3].endswith(refused)
+        assert "user     no: as for net" in lines
+        assert lines[-1].startswith("to get more: ") and "user namespaces" in lines[-1]

@@ -364,7 +364,8 @@ def _probe(bwrap: str | None, euid: int) -> Support:
         missing = {**{layer: reason for layer in BWRAP_LAYERS if layer != "user" or not as_root}, **missing}
         if as_root and _user_missing():
             missing["user"] = _user_missing() or reason
-        return Support(bwrap, as_root, missing, userns=userns, filter=refused, advice=_advice(userns, missing, refused))
+        advice = _advice(userns, missing, refused, as_root)
+        return Support(bwrap, as_root, missing, userns=userns, filter=refused, advice=advice)
     trials = {
         "net": ["--unshare-net"],
         "pid": ["--unshare-pid", "--as-pid-1", "--proc", "/proc"],
@@ -379,10 +380,8 @@ def _probe(bwrap: str | None, euid: int) -> Support:
     sized = _try(bwrap, [*base, "--ro-bind", "/", "/", "--size", "1048576", "--tmpfs", "/tmp"]) is None
     # As root too: the keep_root runs get a user namespace of their own, where nested ones must be refused.
     no_userns = userns is None and _try(bwrap, ["--unshare-user", "--disable-userns", "--ro-bind", "/", "/"]) is None
-    advice = _advice(userns, missing, refused)
-    return Support(
-        bwrap, as_root, missing, sized, no_userns, userns=userns, filter=refused, advice=advice
-    )
+    advice = _advice(userns, missing, refused, as_root)
+    return Support(bwrap, as_root, missing, sized, no_userns, userns=userns, filter=refused, advice=advice)
 
 
 def _userns_words(problem: str) -> str:
@@ -415,8 +414,13 @@ def _in_user_namespace() -> bool:
     return text is not None and text.split() != ["0", "0", "4294967295"]
 
 
-def _advice(userns: str | None, missing: dict[str, str], refused: str | None) -> str | None:
+def _advice(userns: str | None, missing: dict[str, str], refused: str | None, as_root: bool = False) -> str | None:
     """The one thing to do on this machine to get the layers it lacks, or ``None`` when nothing would help."""
+    if as_root and any(why.startswith("bwrap cannot start here") for why in missing.values()):
+        return (
+            "bubblewrap as root needs CAP_SYS_ADMIN: start the container with --cap-add SYS_ADMIN "
+            "--security-opt seccomp=unconfined, or run cellbox there as a normal user with user namespaces allowed"
+        )
     if userns is not None and any(layer in missing for layer in BWRAP_LAYERS):
         if _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1":
             return (
