@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -84,12 +85,23 @@ def kernel_manager(name: str = "cellbox", **kwargs: Any) -> KernelManager:
 
 @contextmanager
 def running_kernel(
-    name: str = "cellbox", cwd: str | None = None, extra: list[str] | None = None, interrupt_mode: str | None = None
+    name: str = "cellbox",
+    cwd: str | None = None,
+    extra: list[str] | None = None,
+    interrupt_mode: str | None = None,
+    prefix: list[str] | None = None,
 ) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
-    """Start kernel ``name`` (a kernelspec of this environment) and yield its manager and client."""
+    """Start kernel ``name`` (a kernelspec of this environment) and yield its manager and client.
+
+    ``prefix`` runs the kernel under another program (a sandbox such as ``bwrap ... --``).
+    """
     km = kernel_manager(name)
     if interrupt_mode:
         km.kernel_spec.interrupt_mode = interrupt_mode  # type: ignore[union-attr]
+    if prefix:
+        # jupyter_client puts this Python in place of "python" only at the front of argv.
+        argv = km.kernel_spec.argv  # type: ignore[union-attr]
+        km.kernel_spec.argv = [*prefix, *(sys.executable if a in ("python", "python3") else a for a in argv)]  # type: ignore[union-attr]
     km.start_kernel(cwd=cwd or os.getcwd(), extra_arguments=extra or [])
     kc = km.client()
     kc.start_channels()

@@ -363,8 +363,10 @@ class CellboxKernel(Kernel):
         except Exception:  # noqa: BLE001 - the isolation line has said what is wrong with the setting
             return ""
         if "user" in plan.layers:
+            # Without user namespaces (a container's) the capabilities go in the host's namespaces instead.
+            own = "of their own user namespace" if probe().userns is None else "(no user namespace here)"
             return (
-                "\nThe kernel runs as root; its cells run as root of their own user namespace with every capability "
+                f"\nThe kernel runs as root; its cells run as root {own} with every capability "
                 "dropped: they write the notebook folder, and cannot raise their limits, mount, or reach other "
                 "processes."
             )

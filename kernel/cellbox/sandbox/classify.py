@@ -10,13 +10,15 @@ from __future__ import annotations
 import re
 import signal
 
-from .limits import Limits
+from .limits import Limits, format_size
 from .outcome import Status
 
-__all__ = ["classify", "ends_in_memory_error", "failed_reservation", "RESERVATION_FAILURES"]
+__all__ = ["classify", "ends_in_memory_error", "failed_reservation", "reservation_note", "RESERVATION_FAILURES"]
 
-# The last line of a traceback for an uncaught MemoryError (any module's subclass too).
-MEMORY_ERROR_RE = re.compile(r"^(?:[\w.]+\.)?MemoryError\b")
+# The last line of a traceback for an uncaught MemoryError or a subclass named for it, of any module:
+# numpy's ``numpy.core._exceptions._ArrayMemoryError: Unable to allocate ...`` (Python's traceback
+# names the class with its module, traceback.TracebackException).
+MEMORY_ERROR_RE = re.compile(r"^(?:[\w.]+\.)?\w*MemoryError\b")
 # Signals a process dies of when it runs out of memory: the OOM killer's, and allocators' own aborts.
 MEMORY_SIGNALS = {signal.SIGKILL, signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS}
 
@@ -39,8 +41,21 @@ RESERVATION_FAILURES = (
     "Failed to reserve virtual memory",
     "Could not reserve enough space for",
     "There is insufficient memory for the Java Runtime Environment",
+    "Could not allocate compressed class space",
+    "Cannot allocate Wasm memory",
     "fatal error: out of memory",
 )
+# What a program that says it could not reserve memory needs, for the note of its phrase: the limit it
+# starts under, and the flags that make it reserve less.  The JVM reserves 1 GiB of class space beside
+# its heap (java(1): -Xmx, -XX:CompressedClassSpaceSize); V8 reserves a 10 GiB guard region for every
+# Wasm memory unless its trap handler is off (node(1): --disable-wasm-trap-handler, Node.js 20 and later).
+JVM_FLAGS = "java -Xmx256m -XX:CompressedClassSpaceSize=64m"
+RESERVATION_NEEDS = {
+    "Could not reserve enough space for": ("4G", JVM_FLAGS),
+    "There is insufficient memory for the Java Runtime Environment": ("4G", JVM_FLAGS),
+    "Could not allocate compressed class space": ("4G", JVM_FLAGS),
+    "Cannot allocate Wasm memory": ("12G", "node --disable-wasm-trap-handler"),
+}
 
 
 def failed_reservation(stderr: str, limits: Limits, threads_refused: bool | None = False) -> str | None:
@@ -59,6 +74,23 @@ def failed_reservation(stderr: str, limits: Limits, threads_refused: bool | None
     if threads_refused is None:
         return f"{phrase}, or the processes limit: RLIMIT_NPROC refuses a thread the same way"
     return None if threads_refused else phrase
+
+
+def reservation_note(reservation: str, limits: Limits) -> str:
+    """The run's note for a failed reservation (from :func:`failed_reservation`) under ``limits.memory``.
+
+    Names the cap, the flag that raises it (to what the program is known to need, else twice the cap),
+    and, for a runtime that can reserve less (:data:`RESERVATION_NEEDS`), its own flags.
+    """
+    cap = limits.memory or 0
+    needs = next((needs for phrase, needs in RESERVATION_NEEDS.items() if reservation.startswith(phrase)), None)
+    size, smaller = needs if needs else (format_size(2 * cap), None)
+    return (
+        f"memory: the program could not reserve address space under its {format_size(cap)} limit ({reservation}); "
+        "RLIMIT_AS counts what is reserved (thread stacks, a JIT's code range, a runtime's heap), not only what is "
+        f"used: raise the limit (cellbox run --memory {size}, or %%limits memory={size} in a cell)"
+        + (f", or let the program reserve less: {smaller}" if smaller else "")
+    )
 
 
 def ends_in_memory_error(stderr: str) -> bool:

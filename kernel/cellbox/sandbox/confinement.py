@@ -55,7 +55,7 @@ class Confinement:
         prefix: list[str] = []
         # Isolated runs never regain powers through a set-user-ID program (prctl(2) PR_SET_NO_NEW_PRIVS).
         spec["no_new_privs"] = True
-        if set(plan.layers) & set(BWRAP_LAYERS) and probe().bwrap is not None:
+        if set(plan.layers) & set(BWRAP_LAYERS) and probe().bwrap_usable:
             prefix = bwrap_prefix(
                 plan,
                 probe(),

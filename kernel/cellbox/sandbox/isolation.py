@@ -275,7 +275,7 @@ def _parse_paths(value: str | Iterable[str]) -> tuple[str, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class Support:
-    """What this machine supports, found by starting ``bwrap`` once per layer.
+    """What this machine supports, found by trying each layer (bwrap once per layer, a child for the filter).
 
     Attributes:
         bwrap: the path of bwrap, or ``None`` when it is not installed.
@@ -285,6 +285,14 @@ class Support:
         tmpfs_size: bwrap understands ``--size`` (0.7 and later), so ``/tmp``
             and ``/dev/shm`` in the view are capped.
         disable_userns: bwrap understands ``--disable-userns`` (0.8 and later).
+        userns: why no new user namespace can be made here (bwrap's
+            ``--unshare-user`` tried), or ``None`` when one can.  As root the
+            bwrap layers still work without one; a run kept at uid 0
+            (``keep_root``) then has its capabilities dropped in the host's.
+        filter: why this machine refuses to load a seccomp filter (tried in a
+            child process), or ``None`` when it loads one.
+        advice: the one thing to do here to get the missing layers (a sysctl,
+            an AppArmor setting, a container's seccomp profile), or ``None``.
     """
 
     bwrap: str | None
@@ -292,16 +300,27 @@ class Support:
     missing: dict[str, str]
     tmpfs_size: bool = False
     disable_userns: bool = False
+    userns: str | None = None
+    filter: str | None = None
+    advice: str | None = None
 
     def available(self, layer: str) -> bool:
         """``True`` when ``layer`` (one of :data:`LAYERS`) can be used here.
 
-        As root, ``user`` needs no bwrap: it is then a plain switch to an
-        unprivileged user (no capabilities, ``no_new_privs``), without a namespace.
+        As root, ``user`` needs no bwrap: where bwrap is missing or cannot
+        start, it is a plain switch to an unprivileged user (no capabilities,
+        ``no_new_privs``), without a namespace.
         """
-        if layer == "user" and self.as_root and self.bwrap is None:
+        if layer == "user" and self.as_root:
             return "user" not in self.missing
         return layer not in self.missing and (self.bwrap is not None or layer not in BWRAP_LAYERS)
+
+    @property
+    def bwrap_usable(self) -> bool:
+        """``True`` when bwrap starts here at all (some layer of :data:`BWRAP_LAYERS` works through it)."""
+        return self.bwrap is not None and any(
+            self.available(layer) for layer in BWRAP_LAYERS if layer != "user" or not self.as_root
+        )
 
 
 def probe(bwrap: str | None = None) -> Support:
@@ -320,20 +339,33 @@ def probe(bwrap: str | None = None) -> Support:
 
 @functools.lru_cache(maxsize=8)
 def _probe(bwrap: str | None, euid: int) -> Support:
+    """The trials behind :func:`probe`, once per process for each bwrap and user (a few bwrap starts, 10-50 ms)."""
     as_root = euid == 0
     landlock = _landlock_missing()
     missing: dict[str, str] = {"landlock": landlock} if landlock else {}
+    refused = _filter_missing()
     if bwrap is None:
         why = "bubblewrap is not installed (apt-get install bubblewrap)"
         missing.update({layer: why for layer in BWRAP_LAYERS if layer != "user" or not as_root})
         if as_root and _user_missing():
             missing["user"] = _user_missing() or why
-        return Support(None, as_root, missing)
+        unknown = "not tried: bubblewrap, which makes them, is not installed"
+        return Support(None, as_root, missing, userns=unknown, filter=refused, advice=_advice(None, missing, refused))
+    userns_problem = _try(bwrap, ["--unshare-user", "--ro-bind", "/", "/"])
+    userns = None if userns_problem is None else _userns_words(userns_problem)
+    if userns_problem is not None and not _namespace_refused(userns_problem):
+        userns = f"bwrap cannot start here ({userns_problem})"
     base = [] if as_root else ["--unshare-user"]
-    problem = _try(bwrap, [*base, "--ro-bind", "/", "/"])
+    problem = _try(bwrap, [*base, "--ro-bind", "/", "/"]) if as_root else userns_problem
     if problem is not None:
-        reason = (None if as_root else _userns_reason()) or f"bwrap cannot start here ({problem})"
-        return Support(bwrap, as_root, {**{layer: reason for layer in BWRAP_LAYERS}, **missing})
+        reason = userns if userns is not None and not as_root else f"bwrap cannot start here ({problem})"
+        if as_root and userns is None:
+            reason += "; bwrap as root needs CAP_SYS_ADMIN here, run cellbox as a normal user instead"
+        missing = {**{layer: reason for layer in BWRAP_LAYERS if layer != "user" or not as_root}, **missing}
+        if as_root and _user_missing():
+            missing["user"] = _user_missing() or reason
+        advice = _advice(userns, missing, refused, as_root)
+        return Support(bwrap, as_root, missing, userns=userns, filter=refused, advice=advice)
     trials = {
         "net": ["--unshare-net"],
         "pid": ["--unshare-pid", "--as-pid-1", "--proc", "/proc"],
@@ -347,8 +379,102 @@ def _probe(bwrap: str | None, euid: int) -> Support:
         missing["user"] = _user_missing() or ""
     sized = _try(bwrap, [*base, "--ro-bind", "/", "/", "--size", "1048576", "--tmpfs", "/tmp"]) is None
     # As root too: the keep_root runs get a user namespace of their own, where nested ones must be refused.
-    no_userns = _try(bwrap, ["--unshare-user", "--disable-userns", "--ro-bind", "/", "/"]) is None
-    return Support(bwrap, as_root, missing, tmpfs_size=sized, disable_userns=no_userns)
+    no_userns = userns is None and _try(bwrap, ["--unshare-user", "--disable-userns", "--ro-bind", "/", "/"]) is None
+    advice = _advice(userns, missing, refused, as_root)
+    return Support(bwrap, as_root, missing, sized, no_userns, userns=userns, filter=refused, advice=advice)
+
+
+def _userns_words(problem: str) -> str:
+    """Why a new user namespace was refused, in words a user can act on, from bwrap's complaint."""
+    if "ENOSPC" in problem or "nesting depth" in problem:
+        cause = "the number of user namespaces is capped here"
+        if _in_user_namespace():
+            cause = "cellbox runs in a container or sandbox that allows no user namespace inside it"
+    elif _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1":
+        cause = "AppArmor restricts unprivileged user namespaces (Ubuntu 23.10 and later)"
+    elif _read("/proc/sys/kernel/unprivileged_userns_clone") == "0":
+        cause = "unprivileged user namespaces are disabled (sysctl kernel.unprivileged_userns_clone=0)"
+    elif _read("/proc/sys/user/max_user_namespaces") == "0":
+        cause = "user namespaces are disabled (sysctl user.max_user_namespaces=0)"
+    elif _in_user_namespace() or os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"):
+        cause = "cellbox runs in a container whose seccomp profile refuses new namespaces (Docker's default does)"
+    else:
+        cause = "new user namespaces are refused here"
+    return f"{cause}: no user namespace, so no bubblewrap layer ({problem})"
+
+
+def _namespace_refused(problem: str) -> bool:
+    """``True`` when bwrap's complaint is about the user namespace it was refused, not bwrap itself."""
+    return any(word in problem for word in ("namespace", "uid map", "uid_map", "setting up uid", "ENOSPC", "EPERM"))
+
+
+def _in_user_namespace() -> bool:
+    """``True`` when this process is in a user namespace other than the host's (user_namespaces(7): uid_map)."""
+    text = _read("/proc/self/uid_map")
+    return text is not None and text.split() != ["0", "0", "4294967295"]
+
+
+def _advice(userns: str | None, missing: dict[str, str], refused: str | None, as_root: bool = False) -> str | None:
+    """The one thing to do on this machine to get the layers it lacks, or ``None`` when nothing would help."""
+    if as_root and any(why.startswith("bwrap cannot start here") for why in missing.values()):
+        return (
+            "bubblewrap as root needs CAP_SYS_ADMIN: start the container with --cap-add SYS_ADMIN "
+            "--security-opt seccomp=unconfined, or run cellbox there as a normal user with user namespaces allowed"
+        )
+    if userns is not None and any(layer in missing for layer in BWRAP_LAYERS):
+        if _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1":
+            return (
+                "allow user namespaces: sudo sysctl kernel.apparmor_restrict_unprivileged_userns=0 "
+                "(or give /usr/bin/bwrap an AppArmor profile with 'userns,')"
+            )
+        if _read("/proc/sys/kernel/unprivileged_userns_clone") == "0":
+            return "allow user namespaces: sudo sysctl kernel.unprivileged_userns_clone=1"
+        if _read("/proc/sys/user/max_user_namespaces") == "0":
+            return "allow user namespaces: sudo sysctl user.max_user_namespaces=15000"
+        return (
+            "start the container with user namespaces allowed: docker run --security-opt seccomp=unconfined "
+            "(or a seccomp profile that allows clone and unshare); on Kubernetes, the pod's "
+            "securityContext.seccompProfile type Unconfined"
+        )
+    if any(why.startswith("bubblewrap is not installed") for why in missing.values()):
+        return "install bubblewrap (sudo apt-get install bubblewrap)"
+    if refused is not None or "landlock" in missing:
+        return (
+            "run cellbox where the kernel's Landlock and seccomp are allowed (Linux 5.13 or later; a container "
+            "started with its runtime's default seccomp profile, not one that refuses them)"
+        )
+    return None
+
+
+# prctl(2) options and the one-instruction BPF program SECCOMP_RET_ALLOW (linux/seccomp.h, linux/filter.h).
+_FILTER_TRIAL = """
+import ctypes, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+class Prog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+code = ctypes.create_string_buffer(struct.pack("HBBI", 0x06, 0, 0, 0x7FFF0000), 8)
+prog = Prog(1, ctypes.addressof(code))
+if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:
+    sys.exit(ctypes.get_errno() or 1)
+"""
+
+
+def _filter_missing() -> str | None:
+    """Why a seccomp filter cannot be loaded here (one is loaded in a child that then exits), or ``None``.
+
+    Tried the way the launcher loads a run's filter: ``no_new_privs``, then
+    ``prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER)`` (seccomp(2)).
+    """
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", _FILTER_TRIAL], capture_output=True, timeout=10, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the trial could not run ({exc})"
+    if done.returncode == 0:
+        return None
+    name = errno.errorcode.get(done.returncode, f"exit status {done.returncode}")
+    return f"this machine refuses to load a seccomp filter ({name}; a container's seccomp profile may forbid it)"
 
 
 def _user_missing() -> str | None:
@@ -371,9 +497,32 @@ def landlock_abi() -> int:
 
 
 def _landlock_missing() -> str | None:
+    """Why Landlock cannot be had here (landlock_create_ruleset(2) tried), or ``None`` when it can."""
     if landlock_abi() >= 1:
         return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall(LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), 1)
+        code = ctypes.get_errno()
+    except (OSError, AttributeError):
+        code = 0
+    if code == errno.EOPNOTSUPP:
+        return "the kernel has Landlock but it is off (add landlock to the lsm= boot parameter)"
+    if code == errno.ENOSYS and _kernel_at_least(5, 13):
+        return (
+            "landlock_create_ruleset(2) fails with ENOSYS on Linux 5.13 or later: this kernel was built without "
+            "Landlock, or a container's seccomp profile refuses it"
+        )
     return "the kernel has no Landlock (Linux 5.13 or later, with landlock in the lsm= boot parameter)"
+
+
+def _kernel_at_least(major: int, minor: int) -> bool:
+    """``True`` when this Linux release (uname(2)) is ``major.minor`` or later."""
+    try:
+        found = tuple(int(part) for part in platform.release().split("-")[0].split(".")[:2])
+    except ValueError:
+        return False
+    return found >= (major, minor)
 
 
 def _try(bwrap: str, args: list[str]) -> str | None:
@@ -397,20 +546,6 @@ def _read(path: str) -> str | None:
             return f.read().strip()
     except OSError:
         return None
-
-
-def _userns_reason() -> str | None:
-    """Why unprivileged user namespaces are refused here, from the sysctls that refuse them."""
-    if _read("/proc/sys/kernel/unprivileged_userns_clone") == "0":
-        return "unprivileged user namespaces are disabled (sysctl kernel.unprivileged_userns_clone=0)"
-    if _read("/proc/sys/user/max_user_namespaces") == "0":
-        return "user namespaces are disabled (sysctl user.max_user_namespaces=0)"
-    if _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1":
-        return (
-            "AppArmor restricts unprivileged user namespaces "
-            "(sysctl kernel.apparmor_restrict_unprivileged_userns=1; give /usr/bin/bwrap an AppArmor profile)"
-        )
-    return None
 
 
 # --------------------------------------------------------------------------- one run's plan
@@ -455,17 +590,17 @@ def make_plan(isolation: Isolation, support: Support, *, user: str | int | None)
     run_as = user
     if "user" in layers and support.as_root and user is None and not isolation.keep_root:
         run_as = UNPRIVILEGED_USER
-    unscoped = support.bwrap is None and landlock_abi() < 6
+    unscoped = not support.bwrap_usable and landlock_abi() < 6
     if "user" in layers and support.as_root and user is None and isolation.keep_root and unscoped:
         # uid 0 without capabilities may still signal every process of root's: only Landlock's signal
         # scope (or bubblewrap's pid namespace) keeps it in, so without both the run takes another user.
         run_as = UNPRIVILEGED_USER
-    bwrapped = [layer for layer in layers if layer in BWRAP_LAYERS] if support.bwrap is not None else []
+    bwrapped = [layer for layer in layers if layer in BWRAP_LAYERS] if support.bwrap_usable else []
     if bwrapped and not support.as_root and "user" not in layers:
         layers = [layer for layer in LAYERS if layer in layers or layer == "user"]  # bwrap needs it
     if bwrapped:
         layers.append("ipc")
-    notes = [f"{layer}: isolation layer not active: {why}" for layer, why in missing.items()]
+    notes = _missing_notes(missing)
     if isolation.keep_root and run_as == UNPRIVILEGED_USER and user is None:
         notes.append(
             f"user: runs as {UNPRIVILEGED_USER}, not uid 0 without capabilities: without bubblewrap and Landlock's "
@@ -485,7 +620,7 @@ def make_plan(isolation: Isolation, support: Support, *, user: str | int | None)
         as_root=support.as_root,
     )
     if any(sockets) or refuse:
-        blocked = socket_filter_missing()
+        blocked = support.filter or socket_filter_missing()
         if blocked is None:
             layers.append("syscall-filter")
         elif any(sockets):
@@ -502,6 +637,17 @@ def make_plan(isolation: Isolation, support: Support, *, user: str | int | None)
             f"user: without the fs layer, {run_as} must reach the interpreter and the working directory by itself"
         )
     return Plan(layers=layers, missing=missing, user=run_as, notes=notes, sockets=sockets, refuse=refuse)
+
+
+def _missing_notes(missing: dict[str, str]) -> list[str]:
+    """One note per reason: ``"net, pid: isolation layers not active: WHY"`` (the layers that share it, in order)."""
+    by_reason: dict[str, list[str]] = {}
+    for layer, why in missing.items():
+        by_reason.setdefault(why, []).append(layer)
+    return [
+        f"{', '.join(layers)}: isolation layer{'s' if len(layers) > 1 else ''} not active: {why}"
+        for why, layers in by_reason.items()
+    ]
 
 
 # What a run may do when the filter of a group is missing, for its note.
@@ -575,7 +721,7 @@ def _sockets_to_deny(isolation: Isolation, layers: list[str]) -> tuple[bool, boo
 # the run (asyncio, multiprocessing.Pipe, the session).
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
 # socketpair(2) types refused with unix sockets (the type argument masked with 0xf, which drops
-# SOCK_NONBLOCK and SOCK_CLOEXEC): an end of any of these is not bound to its peer, so sendto(2)
+# SOCK_NONBLOCK and SOCK_CLOEXEC): an end of a datagram pair is not bound to its peer, so sendto(2)
 # or connect(2) with an address reaches any pathname socket of the host (/dev/log, journald's).
 SOCK_TYPE_MASK = 0xF
 SOCK_DGRAM, SOCK_RAW, SOCK_RDM, SOCK_SEQPACKET, SOCK_DCCP, SOCK_PACKET = 2, 3, 4, 5, 6, 10
@@ -693,7 +839,10 @@ def socket_filter(inet: bool = True, unix: bool = True, refuse: tuple[str, ...] 
     for call in ("io_uring_setup", "io_uring_enter", "io_uring_register"):
         rules.add_rule(deny, call)
     if basic and unix:
-        for kind in (SOCK_DGRAM, SOCK_RAW, SOCK_RDM, SOCK_SEQPACKET, SOCK_DCCP, SOCK_PACKET):
+        # SOCK_SEQPACKET stays allowed, as SOCK_STREAM: its ends are connected to each other, an address
+        # given to sendto(2) is ignored (af_unix.c, unix_seqpacket_sendmsg) and connect(2) fails with
+        # EISCONN; the session's keeper and its snapshots talk over such pairs.
+        for kind in (SOCK_DGRAM, SOCK_RAW, SOCK_RDM, SOCK_DCCP, SOCK_PACKET):
             rules.add_rule(deny, "socketpair", seccomp.Arg(1, seccomp.MASKED_EQ, SOCK_TYPE_MASK, kind))
         if inet:
             rules.add_rule(deny, "connect")
@@ -777,11 +926,12 @@ def socket_filter_missing() -> str | None:
 
 
 def describe(isolation: Isolation, support: Support | None = None) -> str:
-    """One line for a banner or a report: the mode, the layers runs will get, and what is missing.
+    """One line for a banner or a report: the mode, the layers runs will get, and what is missing and why.
 
     ``"isolation auto: net, pid, fs, user, landlock"``, or
-    ``"isolation auto: pid, fs, user, landlock (net: not available: ...)"``,
-    or ``"isolation none: rlimits and environment allowlist only"``.
+    ``"isolation auto: landlock (net, pid, fs, user: not available: ...)"``
+    (layers that share a reason are named together), or
+    ``"isolation none: rlimits and environment allowlist only"``.
     """
     if not isolation.wanted:
         return f"isolation {isolation.mode}: rlimits and environment allowlist only"
@@ -791,7 +941,10 @@ def describe(isolation: Isolation, support: Support | None = None) -> str:
     if isolation.network:
         line += " (network allowed)"
     if plan.missing:
-        line += " (" + "; ".join(f"{layer}: not available: {why}" for layer, why in plan.missing.items()) + ")"
+        by_reason: dict[str, list[str]] = {}
+        for layer, why in plan.missing.items():
+            by_reason.setdefault(why, []).append(layer)
+        line += " (" + "; ".join(f"{', '.join(names)}: not available: {why}" for why, names in by_reason.items()) + ")"
     return line
 
 
@@ -843,6 +996,10 @@ def bwrap_prefix(
         args.append("--unshare-user")
         if support.disable_userns:
             args.append("--disable-userns")
+    elif "user" in plan.layers and isolation.keep_root and support.userns is not None:
+        # No user namespace to be had here (a container's): uid 0 of the host's, every capability dropped
+        # (bwrap empties the bounding set too); the filter refuses the program a user namespace of its own.
+        args += ["--cap-drop", "ALL"]
     elif "user" in plan.layers and isolation.keep_root:
         # uid 0 inside, mapped to root outside, with every capability dropped:
         # the owner of root's files, and no power beyond that (user_namespaces(7)).

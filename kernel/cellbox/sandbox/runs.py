@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .cgroups import MemoryCgroup, PidsCgroup, pids_cgroup_root
-from .classify import classify, ends_in_memory_error, failed_reservation
+from .classify import classify, ends_in_memory_error, failed_reservation, reservation_note
 from .confinement import Confinement
 from .environment import TaskDirectory, build_environment
 from .isolation import (
@@ -603,7 +603,11 @@ class Run(Confinement, Pump):
         signum = record.get("signal")
         peak = int(record.get("peak_kib", 0)) * 1024
         refused = self._cgroup.refused() if self._cgroup is not None else self._pids_refused
-        reservation = failed_reservation(stderr, self.limits, refused)
+        # The JVM says it on stdout.
+        stdout = self._streams["stdout"].text()
+        reservation = failed_reservation(stderr, self.limits, refused) or failed_reservation(
+            stdout, self.limits, refused
+        )
         if refused and reservation is None and "can't start new thread" in stderr[-4096:]:
             self._notes.append(f"processes: the run reached its limit of {self.limits.processes} processes and threads")
         oom_killed = self._memory_cgroup is not None and self._memory_cgroup.oom_kills() > 0
@@ -643,11 +647,7 @@ class Run(Confinement, Pump):
             memory_error=self._memory_error or ends_in_memory_error(stderr) or reservation is not None or oom_killed,
         )
         if status is Status.MEMORY_LIMIT and reservation is not None and self.limits.memory:
-            self._notes.append(
-                f"memory: the program could not reserve address space under its {format_size(self.limits.memory)} "
-                f"limit ({reservation}); RLIMIT_AS counts what is reserved (thread stacks, a JIT's code range), "
-                "not only what is used"
-            )
+            self._notes.append(reservation_note(reservation, self.limits))
         return Outcome(
             status=status,
             exit_code=record.get("exit_code"),
