@@ -55,7 +55,7 @@ import traceback
 import types
 import warnings
 
-from . import _launch
+from . import _launch, atfork
 from .limits import format_size
 
 # The fds a hand-off carries, in the order the parent sends them ("stdin" and
@@ -122,6 +122,7 @@ def preload(names, entry=None):
     set what they read once, at import (the cell runner sets ``MPLBACKEND``
     before matplotlib is imported).
     """
+    atfork.install()  # before any library registers a cache clear (see cellbox.sandbox.atfork)
     loaded, failed = [], {}
     ordered = [entry, *(name for name in names if name != entry)] if entry in names else list(names)
     for name in ordered:
@@ -339,7 +340,7 @@ def make_snapshot(fd, spare_fd=None):
     sequence = random.getstate()
     names = {"event": "snapshot", "pid": None, "spare": None, "shared": shared_mappings()}
     try:
-        names["pid"] = os.fork()
+        names["pid"] = atfork.chain_fork()
     except OSError as exc:
         # Said at once (the keeper would wait for a name): the run's processes limit, most often.
         names["error"] = f"its process could not be copied ({exc.strerror or exc})"
@@ -352,7 +353,7 @@ def make_snapshot(fd, spare_fd=None):
             os._exit(0)
     if names["pid"] is not None and spare_fd is not None:
         try:
-            names["spare"] = os.fork()
+            names["spare"] = atfork.chain_fork()
         except OSError:
             pass  # no room for it: the next run is forked from the snapshot
         if names["spare"] == 0:
@@ -550,12 +551,12 @@ def fork_run(sock, request, fds):
     named = dict(zip(request["handoff"], fds, strict=True))
     pid_r, pid_w = os.pipe()
     sequence = random.getstate()
-    middle = os.fork()
+    middle = atfork.chain_fork()
     if middle == 0:
         command = -1
         try:
             os.close(pid_r)
-            command = os.fork()
+            command = atfork.chain_fork()
             if command:
                 os.write(pid_w, str(command).encode())
         finally:
