@@ -18,11 +18,13 @@ import json
 import os
 import pwd
 import secrets
+import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -46,6 +48,8 @@ SERVICE = "cellbox-test"
 TIMEOUT = 180.0  # seconds for the Hub, a server or a kernel to come up on a busy 2-core machine
 CELL_TIMEOUT = 60.0  # seconds for one cell's reply; the slowest cell (a 2 s wall stop) needs a few
 SECRET = "the other user's secret\n"
+CLASS_KERNEL = "cellbox-class"
+CLASS_WALL = 3  # seconds: the class kernelspec's wall_time, which every cell gets without a %%limits line
 
 
 # ------------------------------------------------------------------------------------------------ the class
@@ -145,7 +149,13 @@ c.JupyterHub.pid_file = {state!r} + "/jupyterhub.pid"
 c.JupyterHub.spawner_class = "jupyterhub.spawner.LocalProcessSpawner"
 c.Authenticator.allowed_users = {users!r}
 c.Spawner.cmd = [{singleuser!r}]
-c.Spawner.args = ["--MappingKernelManager.default_kernel_name=cellbox"]
+c.Spawner.args = [
+    "--MappingKernelManager.default_kernel_name={kernel}",
+    "--KernelSpecManager.allowed_kernelspecs={kernel}",
+    "--ServerApp.terminals_enabled=False",
+]
+# The class's kernelspec, with the instructor's limits (docs/jupyterhub.md installs it with --sys-prefix).
+c.Spawner.environment = {{"JUPYTER_PATH": {jupyter_path!r}}}
 c.Spawner.start_timeout = {timeout}
 c.Spawner.http_timeout = {timeout}
 
@@ -193,7 +203,22 @@ def stop_hub(process: subprocess.Popen[bytes], state: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def hub(students: dict[str, pwd.struct_passwd], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+def class_kernelspec() -> Iterator[Path]:
+    """The instructor's kernelspec ``cellbox-class`` (``cellbox install``), in a Jupyter data folder all may read."""
+    folder = Path(tempfile.mkdtemp(prefix="cellbox-class-", dir="/var/tmp"))
+    try:
+        folder.chmod(0o755)
+        command = ["install", "--prefix", str(folder), "--name", CLASS_KERNEL, "--wall", str(CLASS_WALL)]
+        subprocess.run([str(VENV_BIN / "cellbox"), *command], check=True, capture_output=True)
+        yield folder / "share" / "jupyter"
+    finally:
+        shutil.rmtree(folder)
+
+
+@pytest.fixture(scope="module")
+def hub(
+    students: dict[str, pwd.struct_passwd], class_kernelspec: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Hub]:
     """JupyterHub on 127.0.0.1 (free ports), with both users' servers started through its REST API."""
     proxy = find_tool("configurable-http-proxy", install="npm install -g configurable-http-proxy")
     state = tmp_path_factory.mktemp("hub")
@@ -209,6 +234,8 @@ def hub(students: dict[str, pwd.struct_passwd], tmp_path_factory: pytest.TempPat
             state=str(state),
             users=set(students),
             singleuser=str(VENV_BIN / "jupyterhub-singleuser"),
+            kernel=CLASS_KERNEL,
+            jupyter_path=str(class_kernelspec),
             timeout=int(TIMEOUT),
             service=SERVICE,
             token=token,
@@ -340,8 +367,21 @@ def kernels(hub: Hub) -> Iterator[dict[str, RemoteKernel]]:
 # ------------------------------------------------------------------------------------------------ the tests
 
 
-def test_the_default_kernel_of_every_server_is_cellbox(kernels: dict[str, RemoteKernel]) -> None:
-    assert {name: kernel.model["name"] for name, kernel in kernels.items()} == {name: "cellbox" for name in USERS}
+def test_every_server_offers_the_class_kernel_alone_as_its_default_and_no_terminal(
+    kernels: dict[str, RemoteKernel],
+) -> None:
+    assert {name: kernel.model["name"] for name, kernel in kernels.items()} == {name: CLASS_KERNEL for name in USERS}
+    for kernel in kernels.values():
+        specs = requests.get(f"{kernel.base}/kernelspecs", headers=kernel.headers, timeout=TIMEOUT).json()
+        assert (specs["default"], sorted(specs["kernelspecs"])) == (CLASS_KERNEL, [CLASS_KERNEL])
+        terminal = requests.post(f"{kernel.base}/terminals", headers=kernel.headers, timeout=TIMEOUT)
+        assert terminal.status_code == 404, terminal.text
+
+
+def test_the_class_wall_time_stops_a_cell_without_a_limits_line(kernels: dict[str, RemoteKernel]) -> None:
+    stopped = kernels[USERS[1]].execute("while True:\n    pass")
+    assert stopped.reply["ename"] == "CellTimeoutError", stopped.outputs
+    assert stopped.reply["evalue"].startswith(f"the cell ran past its {CLASS_WALL} s wall-clock limit;")
 
 
 def test_each_cell_runs_as_its_user(kernels: dict[str, RemoteKernel], students: dict[str, pwd.struct_passwd]) -> None:
