@@ -433,3 +433,34 @@ def test_state_carries_from_one_cell_to_the_next(kernels: dict[str, RemoteKernel
     assert kernel.execute("answer = 6 * 7").reply["status"] == "ok"
     cell = kernel.execute("print(answer)")
     assert cell.reply["status"] == "ok" and cell.stream() == "42\n", cell.outputs
+
+
+WRITE_KERNELSPEC = """\
+import json, os
+folder = {folder!r}
+try:
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "kernel.json"), "w") as spec:
+        json.dump({{"argv": ["python3", "-m", "ipykernel", "-f", "{{connection_file}}"], "display_name": "mine"}}, spec)
+    print("wrote")
+except OSError as error:
+    print(type(error).__name__)
+"""
+
+
+def test_a_student_cannot_put_a_kernel_of_their_own_in_place_of_the_class_kernel(
+    kernels: dict[str, RemoteKernel], students: dict[str, pwd.struct_passwd]
+) -> None:
+    # A kernelspec of the same name in ~/.local/share/jupyter/kernels comes before the class's on Jupyter's path:
+    # with terminals off, neither a cell nor the file browser may write one there.
+    name = USERS[0]
+    folder = Path(students[name].pw_dir) / ".local" / "share" / "jupyter" / "kernels" / CLASS_KERNEL
+    cell = kernels[name].execute(WRITE_KERNELSPEC.format(folder=str(folder)))
+    assert cell.reply["status"] == "ok", cell.outputs
+    assert not (folder / "kernel.json").exists(), cell.stream()
+    kernel = kernels[name]
+    path = f".local/share/jupyter/kernels/{CLASS_KERNEL}/kernel.json"
+    body = {"type": "file", "format": "text", "content": "{}"}
+    put = requests.put(f"{kernel.base}/contents/{path}", headers=kernel.headers, json=body, timeout=TIMEOUT)
+    assert 400 <= put.status_code < 500, put.text
+    assert not (folder / "kernel.json").exists()
