@@ -43,7 +43,7 @@ napoleon_numpy_docstring = False
 
 # Pages on tools people already use, listed in the index's "Integrations" toctree when their file exists, so a
 # page can be added (or not yet be written) without a warning.  Add a page's name here when you write it.
-INTEGRATIONS = ("nbgrader", "papermill", "gradebooks")
+INTEGRATIONS = ("nbgrader", "papermill", "gradebooks", "jupyterhub")
 INTEGRATIONS_MARKER = "<integrations>"
 
 html_theme = "pydata_sphinx_theme"
