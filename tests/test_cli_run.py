@@ -452,5 +452,5 @@ def test_run_help_names_the_default_isolation(capsys: pytest.CaptureFixture[str]
     with pytest.raises(SystemExit):
         main(["run", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "(default: auto;" in text
+    assert "(default: auto)" in text
     assert "under limits and isolation auto" in text

@@ -39,7 +39,7 @@ import pytest
 
 from cellbox.kernel.kernel import CellboxKernel
 from cellbox.options import LIMIT_OPTIONS
-from cellbox.sandbox.limits import Limits, format_size, format_time
+from cellbox.sandbox.limits import Limits, format_size, format_time, limits_text
 from cellbox.sandbox.outcome import STATUS_EXIT_CODES, Status
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -422,7 +422,7 @@ def limit_words(limits: Limits) -> dict[str, str]:
             words[flag] = "none"
         elif field in ("wall_time", "cpu_time"):
             words[flag] = format_time(value)
-        elif field in ("memory", "output", "file_size", "disk", "resident"):
+        elif field in ("memory", "output", "file_size", "shared_memory", "disk", "resident"):
             words[flag] = format_size(value)
         else:
             words[flag] = str(value)
@@ -457,6 +457,9 @@ def real_defaults(tmp_path: Path) -> dict[tuple[str, str], str]:
     kernel = SimpleNamespace(**{name: trait.default_value for name, trait in traits.items()})
     kernel_limits = CellboxKernel.session_limits.fget(kernel)  # type: ignore[attr-defined]
     real.update({("install", flag): words for flag, words in limit_words(kernel_limits).items()})
+    kernel.session_limits = kernel_limits
+    real[("install", "--ceiling")] = limits_text(CellboxKernel.ceiling_limits.fget(kernel))  # type: ignore[attr-defined]
+    real[("install", "--session-memory")] = traits["session_memory"].default_value
     real[("install", "--isolation")] = traits["isolation"].default_value
     real[("install", "--start-method")] = traits["start_method"].default_value
     installed = run_command(f"{VENV_BIN / 'cellbox'} install --prefix {tmp_path} --name quiz", tmp_path, False)

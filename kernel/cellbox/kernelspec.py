@@ -30,7 +30,7 @@ from typing import Any
 
 from .sandbox.importpath import KERNEL_FLAGS
 from .sandbox.isolation import MODES
-from .sandbox.limits import LimitError, Limits, format_size
+from .sandbox.limits import DEFAULT_CEILING, LimitError, Limits, format_size, limits_text
 
 __all__ = ["kernel_json", "write_spec", "logo_png", "LOGO_SVG", "add_parser", "DEFAULT_NAME"]
 
@@ -244,8 +244,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=[],
         metavar="NAME=VALUE",
         help="the most a cell's %%limits may ask for, one limit each time, such as --ceiling memory=2G "
-        "--ceiling processes=100 (default: wall=1h cpu=1h memory=4G output=16M file_size=1G shared_memory=1G "
-        "open_files=1024 processes=256 nice=19 io_class=idle)",
+        f"--ceiling processes=100 (default: {limits_text(DEFAULT_CEILING)})",
     )
     ceilings.add_argument(
         "--session-memory",

@@ -41,7 +41,8 @@ LIMIT_OPTIONS = (
         "resident",
         "SIZE",
         "memory the whole run may hold: resident, tmpfs, memfds (a memory cgroup, where writable; reserved "
-        "but untouched address space does not count), e.g. 100M; by default --memory plus twice --shared-memory",
+        "but untouched address space does not count), e.g. 100M; unset, the bound is --memory plus twice "
+        "--shared-memory",
     ),
     ("--nice", "nice", "N", "CPU niceness, 0 (normal) to 19 (the lowest priority)"),
     ("--io-class", "io_class", "CLASS", "I/O scheduling class: idle, best-effort or none"),

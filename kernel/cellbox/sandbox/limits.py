@@ -330,3 +330,25 @@ DEFAULT_CEILING = Limits(
     nice=19,
     io_class="idle",
 )
+
+
+def limits_text(limits: Limits) -> str:
+    """``limits`` as the ``NAME=VALUE`` words of a ``%%limits`` line (``wall=1h memory=4G ...``), unset ones left out.
+
+    What ``cellbox install --help`` states as the default ceiling, so the words and the ceiling cannot part.
+    """
+    names = {"wall_time": "wall", "cpu_time": "cpu"}
+    words = []
+    for field in dataclasses.fields(limits):
+        value = getattr(limits, field.name)
+        if value is None:
+            continue
+        if field.name in ("wall_time", "cpu_time"):
+            hours, minutes = divmod(value, 3600), divmod(value, 60)
+            shown = f"{hours[0]:g}h" if not hours[1] else f"{minutes[0]:g}m" if not minutes[1] else f"{value:g}s"
+        elif isinstance(value, int) and field.name not in ("open_files", "processes", "nice"):
+            shown = format_size(value)
+        else:
+            shown = str(value)
+        words.append(f"{names.get(field.name, field.name)}={shown}")
+    return " ".join(words)
