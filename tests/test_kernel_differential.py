@@ -76,7 +76,8 @@ MAGICS: list[Cell] = [
     ("In[1]", [], None),
     ("Out[4]", [], None),
     ("%%time\nsum(range(10))", [], None),
-    ("%pdb on", ERR, "%pdb"),
+    ("%pdb on", [], None),
+    ("%pdb off", [], None),
 ]
 
 SHELL: list[Cell] = [

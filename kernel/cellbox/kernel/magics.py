@@ -35,10 +35,6 @@ kernelspec, or ``cellbox install --wall 30``).
 
 # Magic name -> why it cannot work when every cell is a new process.
 NEEDS_LONG_LIVED_PROCESS = {
-    "debug": "%debug needs the process of the cell that failed, and cellbox ends that process with the cell; "
-    "print the values you need in the failing cell instead",
-    "pdb": "%pdb needs one process for the whole session, and cellbox starts a new one for every cell; "
-    "print the values you need in the failing cell instead",
     "qtconsole": "%qtconsole connects to a long-lived kernel process, and cellbox has none per session",
     "connect_info": "%connect_info describes a long-lived kernel process, and cellbox runs each cell in a new one",
     "subshell": "%subshell lists the threads of a long-lived kernel process that run cells side by side, and "
