@@ -107,7 +107,7 @@ def test_traceback_into_a_function_from_an_earlier_cell_shows_its_source(kc: Blo
 
 
 def test_magics_that_need_a_long_lived_process_say_why(kc: BlockingKernelClient) -> None:
-    for name in ("subshell",):
+    for name in ("qtconsole", "connect_info", "subshell"):
         result = execute(kc, f"%{name}")
         assert result.status == "error"
         assert result.stream("stderr") == f"UsageError: {NEEDS_LONG_LIVED_PROCESS[name]}\n"

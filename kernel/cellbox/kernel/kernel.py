@@ -51,6 +51,7 @@ from ipykernel.kernelbase import Kernel
 from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, default, validate
 
 from .. import __version__
+from ..sandbox.course import CourseRootError, check_course_root, find_course_root
 from ..sandbox.environment import TaskDirectory
 from ..sandbox.importpath import trusted_sys_path
 from ..sandbox.isolation import Isolation, IsolationError, describe, make_plan, probe
@@ -213,9 +214,37 @@ class CellboxKernel(Kernel):
         "which Jupyter sets to the notebook's directory."
     ).tag(config=True)
 
+    course_root = Unicode(
+        "",
+        help="Top of the folder tree cells may read (read-only; the notebook folder stays the writable one). Empty: "
+        "found from the notebook folder (the nearest folder up holding .git, .hg or a project file such as "
+        "pyproject.toml or requirements.txt, never a home or /; nothing found: the notebook folder alone). "
+        "'none': the notebook folder alone. See the documentation's page The kernel.",
+    ).tag(config=True)
+
     @default("notebook_dir")
     def _default_notebook_dir(self) -> str:
         return os.getcwd()
+
+    @validate("course_root")
+    def _check_course_root(self, proposal: Any) -> Any:
+        value = str(proposal["value"]).strip()
+        if value in ("", "none"):
+            return value
+        try:
+            return check_course_root(value, source="CellboxKernel.course_root")
+        except CourseRootError as exc:
+            raise TraitError(str(exc)) from None
+
+    def course_tree(self) -> str | None:
+        """The course root cells read beside the notebook folder, or ``None`` when that folder alone is shown.
+
+        See :mod:`cellbox.sandbox.course` for how it is found and which folders are refused.
+        """
+        if self.course_root == "none":
+            return None
+        root = self.course_root or find_course_root(self.notebook_dir)
+        return None if root == os.path.realpath(self.notebook_dir) else root
 
     @validate(
         "wall_time", "cpu_time", "memory", "output", "file_size", "open_files", "max_processes", "nice", "io_class"
@@ -261,7 +290,15 @@ class CellboxKernel(Kernel):
         write a root-owned notebook directory and nothing else of root's.
         """
         isolation = Isolation.from_options(mode=self.isolation, network=self.network, source="CellboxKernel.isolation")
-        return dataclasses.replace(isolation, keep_root=True)
+        course = self.course_tree()
+        # The kernel's own connection file is covered wherever it lies, in a course folder too.
+        connection = getattr(self.parent, "abs_connection_file", None)
+        return dataclasses.replace(
+            isolation,
+            keep_root=True,
+            read_only=(*isolation.read_only, *([course] if course else [])),
+            hidden=(*isolation.hidden, *([os.path.realpath(connection)] if connection else [])),
+        )
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -1052,12 +1052,26 @@ def landlock_rules(
         # up, where another terminal of the same user could be written to.
         write += ["/dev/pts", "/dev/ptmx"]
     return {
-        "read": list(dict.fromkeys([*read, *isolation.read_only])),
+        "read": list(dict.fromkeys([*read, *_readable(isolation)])),
         "write": list(dict.fromkeys(write)),
         "deny_tcp": not isolation.network and "net" not in plan.layers,
         "scope": True,
         "required": isolation.mode == "strict",
     }
+
+
+def _readable(isolation: Isolation) -> list[str]:
+    """Landlock's read rules for the extra read-only paths, around the secrets and hidden paths inside them.
+
+    Landlock only allows, so a hidden path inside a read-only tree (a connection
+    file in a course folder) is kept out by naming the tree's other entries
+    (:func:`paths_around`); the ``fs`` layer covers the same paths in the view.
+    """
+    secrets = set(secret_paths(isolation.hidden))
+    found: list[str] = []
+    for path in isolation.read_only:
+        found += paths_around(path, {s for s in secrets if _within(s, path) and s != path})
+    return found
 
 
 def _task_tmpfs(task: str, size: int) -> list[str]:
