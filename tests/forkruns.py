@@ -198,16 +198,16 @@ def main(argv: list[str]) -> int:
         while queue and len(running) < parallel:
             run = _start(queue.popleft())
             running[run.pid] = run
-        for run in _finished(running):
+        for run, returncode in _finished(running):
             if not reader.ended:
-                _report(run, late=False)
+                _report(run, returncode, late=False)
         now = time.monotonic()
         for run in list(running.values()):
             if now - run.started > run.job.deadline:
                 _kill_session(run.pid)
                 os.waitpid(run.pid, 0)
                 del running[run.pid]
-                _report(run, late=True, returncode=-signal.SIGKILL)
+                _report(run, -signal.SIGKILL, late=True)
     return 0
 
 
@@ -255,9 +255,7 @@ def _finished(running: dict[int, _Running]) -> list[tuple[_Running, int]]:
     return done
 
 
-def _report(run: _Running | tuple[_Running, int], late: bool, returncode: int = 0) -> None:
-    if isinstance(run, tuple):
-        run, returncode = run
+def _report(run: _Running, returncode: int, late: bool) -> None:
     _kill_session(run.pid)  # what the job left behind in its session ends with it
     # A short line only: the output stays in the job's files, so results never fill the pipe to the test side.
     said = {"key": run.job.key, "returncode": returncode, "late": late,
