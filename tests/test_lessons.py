@@ -14,7 +14,9 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -23,7 +25,9 @@ from typing import Any
 import nbformat
 import pytest
 
+import forkruns
 from conftest import require_all
+from sandboxkit import alive
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = ROOT / "lessons"
@@ -409,13 +413,13 @@ def _run_and_reap(argv: list[str], **options: Any) -> subprocess.CompletedProces
     return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
 
 
-def run_check(number: int, name: str, exercise: str | None = None, context: str = "") -> str:
-    """The line the check cell of exercise ``name`` prints, with ``exercise`` as the student's cell."""
+def check_script(number: int, name: str, exercise: str | None = None, context: str = "") -> str:
+    """The script ``python -c`` runs for the check cell of ``name``, with ``exercise`` as the student's cell."""
     lesson = LESSON[number]
     exercises = [_cell(lesson, f"exercise-{other}").solution for other in lesson.exercises]
     if exercise is not None:
         exercises[lesson.exercises.index(name)] = textwrap.dedent(exercise)
-    script = "\n\n".join(
+    return "\n\n".join(
         [
             (LESSONS / "lessonkit.py").read_text(),
             CONTEXT.get(number, ""),
@@ -425,14 +429,30 @@ def run_check(number: int, name: str, exercise: str | None = None, context: str 
             _cell(lesson, f"check-{name}").solution,
         ]
     )
-    done = _run_and_reap([sys.executable, "-c", script], cwd=LESSONS, timeout=180)
+
+
+def check_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The one ✔/✘/… line a finished check cell printed (it must print exactly one, and end with status 0)."""
     lines = [line for line in done.stdout.splitlines() if line[:1] in (PASS, FAIL, TODO)]
     assert len(lines) == 1 and done.returncode == 0, (done.stdout, done.stderr)
     return lines[0]
 
 
-def run_hidden_tests(number: int, tmp: Path, name: str | None = None, exercise: str | None = None) -> dict[str, str]:
-    """{test name: outcome} of the lesson's hidden tests on the module ``cellbox grade`` makes of its notebook."""
+def run_check(number: int, name: str, exercise: str | None = None, context: str = "") -> str:
+    """The line the check cell of exercise ``name`` prints, with ``exercise`` as the student's cell."""
+    script = check_script(number, name, exercise, context)
+    return check_line(_run_and_reap([sys.executable, "-c", script], cwd=LESSONS, timeout=CHECK_DEADLINE))
+
+
+CHECK_DEADLINE, HIDDEN_DEADLINE = 180, 300  # seconds a check cell, a run of the hidden tests, may take in all
+
+
+def hidden_tests(number: int, tmp: Path, name: str | None = None, exercise: str | None = None) -> list[str]:
+    """pytest's arguments for the lesson's hidden tests on the module ``cellbox grade`` makes of its notebook.
+
+    Writes that module (``exercise`` in place of the solution of ``name``) and an empty pytest.ini into ``tmp``;
+    the run goes in ``tmp``, with ``tmp`` on the path, and leaves its JUnit XML report in ``tmp/report.xml``.
+    """
     lesson = LESSON[number]
     cells = [_cell(lesson, "setup").solution]
     for other in lesson.exercises:
@@ -441,29 +461,29 @@ def run_hidden_tests(number: int, tmp: Path, name: str | None = None, exercise: 
     module = "nb_" + lesson.filename[: -len(".ipynb")].replace("-", "_")
     (tmp / f"{module}.py").write_text("\n\n".join(cells) + "\n")
     (tmp / "pytest.ini").write_text("[pytest]\n")
+    return [
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-c",
+        str(tmp / "pytest.ini"),
+        "--rootdir",
+        str(tmp),
+        f"--junitxml={tmp / 'report.xml'}",
+        # A hung test fails, as the grader's per-test deadline makes it fail.
+        *(["--timeout=60"] if importlib.util.find_spec("pytest_timeout") else []),
+        str(LESSONS / "grading" / f"test_lesson{number:02d}.py"),
+    ]
+
+
+def hidden_env(tmp: Path) -> dict[str, str]:
+    """What the hidden tests' run adds to the environment: ``tmp`` importable, no bytecode written."""
+    return {"PYTHONPATH": str(tmp), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def hidden_outcomes(done: subprocess.CompletedProcess[str], tmp: Path) -> dict[str, str]:
+    """{test name: outcome} from the JUnit XML report of a finished run of the hidden tests in ``tmp``."""
     report = tmp / "report.xml"
-    env = {**os.environ, "PYTHONPATH": str(tmp), "PYTHONDONTWRITEBYTECODE": "1"}
-    done = _run_and_reap(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-c",
-            str(tmp / "pytest.ini"),
-            "--rootdir",
-            str(tmp),
-            f"--junitxml={report}",
-            # A hung test fails, as the grader's per-test deadline makes it fail.
-            *(["--timeout=60"] if importlib.util.find_spec("pytest_timeout") else []),
-            str(LESSONS / "grading" / f"test_lesson{number:02d}.py"),
-        ],
-        cwd=tmp,
-        env=env,
-        timeout=300,
-    )
     said = f"pytest exit {done.returncode}: {done.stdout[-2000:]} {done.stderr[-2000:]}"
     assert report.exists(), f"no report: {said}"
     assert done.returncode in (0, 1), said
@@ -474,6 +494,14 @@ def run_hidden_tests(number: int, tmp: Path, name: str | None = None, exercise: 
             "failed" if tags & {"failure", "error"} else "skipped" if "skipped" in tags else "passed"
         )
     return outcomes
+
+
+def run_hidden_tests(number: int, tmp: Path, name: str | None = None, exercise: str | None = None) -> dict[str, str]:
+    """{test name: outcome} of the lesson's hidden tests on the module ``cellbox grade`` makes of its notebook."""
+    args = hidden_tests(number, tmp, name, exercise)
+    env = {**os.environ, **hidden_env(tmp)}
+    done = _run_and_reap([sys.executable, "-m", "pytest", *args], cwd=tmp, env=env, timeout=HIDDEN_DEADLINE)
+    return hidden_outcomes(done, tmp)
 
 
 @dataclass
@@ -1672,16 +1700,144 @@ MISTAKES += [
             cpu="int(limits['cpu_time']) * 2"), "drop the fraction"),
 ]
 
+# Every wrong answer's check cell and hidden tests run once per session, each in a fork of one warm worker
+# (tests/forkruns.py), in the order of the tests, a few at a time (most of them wait on children and clocks, not on
+# the CPU); each test then reads its own results.  A fork keeps what a wrong answer does to its process (setrlimit,
+# os.nice, builtins, os._exit, a hang past its deadline) away from the others.
+PARALLEL = 3
+
+
+def _skip_reason(mistake: Mistake) -> str | None:
+    if "os.nice(19)" in mistake.source and os.nice(0) >= 19:
+        return "this process already runs at niceness 19, so os.nice(19) changes nothing to see"
+    return None
+
+
+class MistakeRuns:
+    """The runs of the check cell and of the hidden tests for each wrong answer, in forks of one worker.
+
+    Args:
+        runner: the worker.
+        tmp: where each run gets its folder (the hidden tests' module and report, the runs' output).
+    """
+
+    def __init__(self, runner: forkruns.Runner, tmp: pytest.TempPathFactory) -> None:
+        self.runner, self.tmp = runner, tmp
+        self.made: dict[str, tuple[forkruns.Job, forkruns.Job | None]] = {}
+
+    def jobs(self, mistake: Mistake) -> tuple[forkruns.Job, forkruns.Job | None]:
+        """The check cell's job and the hidden tests' job (None for a check-only mistake), made once."""
+        key = str(mistake)
+        if key not in self.made:
+            check_tmp = self.tmp.mktemp(f"{key}-check")
+            check = forkruns.Job(
+                f"{key} check", "python", [check_script(mistake.lesson, mistake.exercise, mistake.source,
+                                                        mistake.context)],
+                cwd=str(LESSONS), folder=str(check_tmp), deadline=CHECK_DEADLINE,
+            )
+            hidden = None
+            if not mistake.check_only:
+                tmp = self.tmp.mktemp(f"{key}-hidden")
+                args = hidden_tests(mistake.lesson, tmp, mistake.exercise, mistake.source)
+                hidden = forkruns.Job(f"{key} hidden tests", "pytest", args, cwd=str(tmp), folder=str(tmp),
+                                      deadline=HIDDEN_DEADLINE, env=hidden_env(tmp), path=[str(tmp)])
+            self.made[key] = (check, hidden)
+        return self.made[key]
+
+    def submit(self, mistakes: list[Mistake]) -> None:
+        """Queue the runs of ``mistakes``, in order, the check cell of each before its hidden tests."""
+        self.runner.submit([job for mistake in mistakes for job in self.jobs(mistake) if job is not None])
+
+    def _done(self, job: forkruns.Job) -> subprocess.CompletedProcess[str]:
+        result = self.runner.result(job)
+        if result.late:
+            pytest.fail(f"{job.key}: still running after {job.deadline} s, killed: {result.stdout[-2000:]}")
+        return result.completed()
+
+    def check_line(self, mistake: Mistake) -> str:
+        """The line the check cell printed for ``mistake``."""
+        return check_line(self._done(self.jobs(mistake)[0]))
+
+    def hidden_outcomes(self, mistake: Mistake) -> dict[str, str]:
+        """{test name: outcome} of the hidden tests on ``mistake``."""
+        job = self.jobs(mistake)[1]
+        assert job is not None, f"{mistake} is checked by its check cell only"
+        return hidden_outcomes(self._done(job), Path(job.folder))
+
+
+@pytest.fixture(scope="session")
+def mistake_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MistakeRuns]:
+    """The runs of every wrong answer this session selected, queued at once in the order of their tests."""
+    selected = [
+        item.callspec.params["mistake"]
+        for item in request.session.items
+        if isinstance(item, pytest.Function) and item.originalname == REJECT_TEST and hasattr(item, "callspec")
+    ]
+    with forkruns.Runner(PARALLEL, tmp_path_factory.mktemp("forkruns")) as runner:
+        runs = MistakeRuns(runner, tmp_path_factory)
+        runs.submit([mistake for mistake in selected if _skip_reason(mistake) is None])
+        yield runs
+
+
+REJECT_TEST = "test_check_and_hidden_tests_both_reject_a_listed_mistake"
+
+
+def test_fork_runs_keep_what_each_job_does_to_itself(tmp_path: Path) -> None:
+    """A job that lowers its limits, renames a builtin, ends with os._exit or hangs spoils no other job."""
+    spoilers = {
+        "limits": "import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (20, 20)); print('limited')",
+        "builtins": "import builtins; builtins.print = None",
+        "exit": "import os; print('bye', flush=True); os._exit(3)",
+        "hang": "import subprocess, sys, time; child = subprocess.Popen([sys.executable, '-c', 'import time; "
+        "time.sleep(60)']); print(child.pid, flush=True); time.sleep(60)",
+        "raises": "raise SystemExit('stopped')",
+    }
+    probe = (
+        "import builtins, resource, sys; print(__name__, sys.path[0] == '', builtins.print is not None, "
+        "resource.getrlimit(resource.RLIMIT_NOFILE)[0] != 20)"
+    )
+    test_file = "import submission\n\ndef test_it():\n    assert submission.VALUE == 1\n"
+
+    def job(key: str, kind: str, argv: list[str], deadline: float = 60) -> forkruns.Job:
+        (tmp_path / key).mkdir()
+        return forkruns.Job(key, kind, argv, cwd=str(tmp_path / key), folder=str(tmp_path / key), deadline=deadline,
+                            path=[str(tmp_path / key)])
+
+    jobs = [job(key, "python", [code], deadline=2 if key == "hang" else 60) for key, code in spoilers.items()]
+    jobs.append(job("probe", "python", [probe]))
+    for key, value in (("right", 1), ("wrong", 2)):  # two submissions of one name, each seen only by its own run
+        jobs.append(job(key, "pytest", ["-q", "-p", "no:cacheprovider", "test_it.py"]))
+        (tmp_path / key / "submission.py").write_text(f"VALUE = {value}\n")
+        (tmp_path / key / "test_it.py").write_text(test_file)
+    with forkruns.Runner(len(jobs), tmp_path) as runner:
+        runner.submit(jobs)
+        results = {job.key: runner.result(job) for job in jobs}
+    assert [(key, r.returncode, r.late) for key, r in results.items()] == [
+        ("limits", 0, False), ("builtins", 0, False), ("exit", 3, False), ("hang", -signal.SIGKILL, True),
+        ("raises", 1, False), ("probe", 0, False), ("right", 0, False), ("wrong", 1, False),
+    ]
+    assert results["limits"].stdout == "limited\n" and results["exit"].stdout == "bye\n"
+    left = int(results["hang"].stdout)  # the late job's own child ended with its session
+    gone = time.monotonic() + 10  # SIGKILL is delivered at once, but the scheduler may take a moment
+    while alive(left) and time.monotonic() < gone:
+        time.sleep(0.1)
+    assert not alive(left)
+    assert results["raises"].stderr == "stopped\n"
+    assert results["probe"].stdout == "__main__ True True True\n"
+    assert "1 passed" in results["right"].stdout and "1 failed" in results["wrong"].stdout
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mistake", MISTAKES, ids=str)
-def test_check_and_hidden_tests_both_reject_a_listed_mistake(mistake: Mistake, tmp_path: Path) -> None:
-    if "os.nice(19)" in mistake.source and os.nice(0) >= 19:
-        pytest.skip("this process already runs at niceness 19, so os.nice(19) changes nothing to see")
-    line = run_check(mistake.lesson, mistake.exercise, mistake.source, mistake.context)
+def test_check_and_hidden_tests_both_reject_a_listed_mistake(mistake: Mistake, mistake_runs: MistakeRuns) -> None:
+    reason = _skip_reason(mistake)
+    if reason:
+        pytest.skip(reason)
+    line = mistake_runs.check_line(mistake)
     assert line.startswith(f"{FAIL} {mistake.exercise}") and mistake.hint in line, line
     if mistake.check_only:
         return
-    outcomes = run_hidden_tests(mistake.lesson, tmp_path, mistake.exercise, mistake.source)
+    outcomes = mistake_runs.hidden_outcomes(mistake)
     assert outcomes and "failed" in outcomes.values(), outcomes
 
 

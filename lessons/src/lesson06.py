@@ -124,8 +124,9 @@ import time
 def test():
     got = run_both_clocks("print('hi')", 1, 5)
     expect(got == "ok", f"a quick child gave {got!r}, expected 'ok'")
-    got = run_both_clocks("while True: pass", 1, 30)
-    expect(got == "cpu_limit", f"a spinning loop with cpu=1 and wall=30 gave {got!r}: set RLIMIT_CPU in the child")
+    # wall=10: long enough for 1 s of CPU on a busy machine, short enough to end inside the check's own 20 s.
+    got = run_both_clocks("while True: pass", 1, 10)
+    expect(got == "cpu_limit", f"a spinning loop with cpu=1 and wall=10 gave {got!r}: set RLIMIT_CPU in the child")
     started = time.monotonic()
     got = run_both_clocks("import time; time.sleep(60)", 1, 1)
     expect(got == "timed_out", f"a sleeping child with wall=1 gave {got!r}: sleeping uses no CPU, only the wall clock sees it")
