@@ -10,6 +10,7 @@ URLs and paths are refused with one line.
 from __future__ import annotations
 
 import socket
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -277,3 +278,16 @@ def test_refused_requirements_make_the_submission_unverified_with_the_line(tmp_p
     assert result.verdict is Verdict.UNVERIFIED
     assert result.reason.startswith("requirements.txt line 1: '--extra-index-url http://x.example' is a pip option")
     assert result.install is None
+
+
+def test_finding_the_installs_packages_leaves_setuptools_importable_in_the_grader() -> None:
+    # importlib.util.find_spec("pip") runs setuptools' distutils hack, which then turns its own distutils off
+    # for the whole process: nbgrader, imported by the grader's process later, failed on `import setuptools`.
+    code = (
+        "from cellbox.grading.venvs import grader_site_hidden\n"
+        "grader_site_hidden(('pip',))\n"
+        "import setuptools, distutils.core\n"
+        "print('_distutils' in distutils.core.__file__)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stdout) == (0, "True\n"), result.stderr[-2000:]

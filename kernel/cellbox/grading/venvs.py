@@ -29,6 +29,7 @@ cluster client) is there to borrow.
 from __future__ import annotations
 
 import compileall
+import importlib.machinery
 import importlib.util
 import os
 import shutil
@@ -196,7 +197,10 @@ def grader_site_hidden(keep: tuple[str, ...] = ()) -> tuple[tuple[str, ...], tup
     hidden = tuple(dict.fromkeys(os.path.normpath(p) for p in sites if p and os.path.isdir(p)))
     shown = []
     for name in keep:
-        spec = importlib.util.find_spec(name)
+        # The path finder alone: importlib.util.find_spec("pip") goes through setuptools' distutils hack,
+        # whose spec_for_pip turns its own distutils off for the rest of the process (pypa/pip#8761), and a
+        # later import of setuptools here (nbgrader does) then fails.
+        spec = importlib.machinery.PathFinder.find_spec(name)
         if spec is not None and spec.submodule_search_locations:
             shown += list(spec.submodule_search_locations)  # the package this Python imports, not a shadowed one
     return hidden, tuple(dict.fromkeys(shown))
