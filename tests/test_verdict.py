@@ -115,10 +115,16 @@ def test_exit_0_with_a_reported_failure_is_inconsistent() -> None:
     assert verdict_for(0, complete(test_one="failed"), outcome()) is Verdict.UNVERIFIED
 
 
-def test_a_skipped_test_is_not_a_pass() -> None:
+def test_a_skipped_test_is_not_counted_as_a_pass_and_keeps_a_green_run_green() -> None:
+    # As pytest counts: a skip is no failure (a green pytest run is never `failed`), and it is no pass either.
     judgement = judge(0, complete(test_two="skipped"), outcome())
-    assert judgement.verdict is Verdict.FAILED
-    assert judgement.reason == "1 of 2 tests passed (1 skipped)"
+    assert judgement.verdict is Verdict.VERIFIED
+    assert judgement.reason == "1 of 2 tests passed, none failed (1 skipped)"
+
+
+def test_a_run_whose_every_test_was_skipped_proves_nothing() -> None:
+    judgement = judge(0, complete(test_one="skipped", test_two="skipped"), outcome())
+    assert judgement.verdict is Verdict.UNVERIFIED
 
 
 @pytest.mark.parametrize("code", [2, 3, 4, 5, 6, 7, None])
