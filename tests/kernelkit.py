@@ -22,6 +22,14 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 TIMEOUT = 60.0
 
 
+def without_notes(outputs: list[Any]) -> list[Any]:
+    """A cell's outputs without cellbox's own notes (display_data of its note mimetype, which ipykernel has no
+    counterpart of and graders do not score), as a comparison with ipykernel or an exact count of outputs wants."""
+    from cellbox.kernel.kernel import NOTE_MIMETYPE
+
+    return [o for o in outputs if NOTE_MIMETYPE not in (o.get("data") or {})]
+
+
 def plain(text: str) -> str:
     """``text`` without ANSI colour codes."""
     return ANSI.sub("", text)

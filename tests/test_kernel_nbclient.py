@@ -10,7 +10,7 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from kernelkit import plain
+from kernelkit import plain, without_notes
 
 MIXED_CELLS = [
     ("print('one')\nprint('two')", []),
@@ -46,7 +46,7 @@ def test_mixed_notebook_gives_the_right_output_for_each_cell(tmp_path: Path) -> 
     nb = _notebook(MIXED_CELLS)
     client = NotebookClient(nb, kernel_name="cellbox", timeout=120, resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
-    prints, plot, frame, exception, loop, bomb, alive = (cell.outputs for cell in nb.cells)
+    prints, plot, frame, exception, loop, bomb, alive = (without_notes(cell.outputs) for cell in nb.cells)
 
     assert [(o.output_type, o.name, o.text) for o in prints] == [("stream", "stdout", "one\ntwo\n")]
 
@@ -92,7 +92,7 @@ def test_run_all_stops_at_the_first_error(tmp_path: Path) -> None:
 def test_input_under_nbclient_fails_at_once_instead_of_hanging(tmp_path: Path) -> None:
     nb = _notebook([("answer = input('name: ')", ["raises-exception"]), ("print('next')", [])])
     NotebookClient(nb, kernel_name="cellbox", timeout=20, resources={"metadata": {"path": str(tmp_path)}}).execute()
-    [error] = nb.cells[0].outputs
+    [error] = without_notes(nb.cells[0].outputs)
     assert (error.ename, error.evalue) == (
         "StdinNotImplementedError",
         "raw_input was called, but this frontend does not support input requests.",

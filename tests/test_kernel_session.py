@@ -336,7 +336,7 @@ def test_a_kernel_without_isolation_says_so_in_the_first_cells_output(tmp_path: 
     )
     if os.geteuid() == 0:
         assert "root's powers: they can read and change any file" in ROOT_POWERS
-    assert first.metadata["cellbox"]["kernel_notes"] == [first.notes.rstrip("\n")]
+    assert "\n".join(first.metadata["cellbox"]["kernel_notes"]) == first.notes.rstrip("\n")
     assert (first.stream(), second.stream(), second.stream("stderr"), second.notes) == ("1\n", "2\n", "", "")
 
 
