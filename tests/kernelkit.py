@@ -171,3 +171,28 @@ def execute(
     while reply["parent_header"].get("msg_id") != msg_id:
         reply = kc.get_shell_msg(timeout=timeout)
     return Result(reply=reply, messages=messages, arrivals=arrivals)
+
+
+def debug_request(kc: BlockingKernelClient, command: str, seq: int = 1, **arguments: Any) -> dict[str, Any]:
+    """Send one DAP request as a ``debug_request`` on the control channel; the ``debug_reply``'s content.
+
+    As JupyterLab's debugger service sends them (``{seq, type: "request", command, arguments}``).
+    """
+    content = {"seq": seq, "type": "request", "command": command, "arguments": arguments}
+    return debug_request_content(kc, content)
+
+
+def debug_request_content(kc: BlockingKernelClient, content: Any, timeout: float = TIMEOUT) -> dict[str, Any]:
+    """Send ``content`` as a ``debug_request`` (any JSON, to try bad ones); the ``debug_reply``'s content."""
+    msg = kc.session.msg("debug_request", content)
+    kc.control_channel.send(msg)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            reply = kc.control_channel.get_msg(timeout=0.5)
+        except Empty:
+            continue
+        if reply["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
+            assert reply["msg_type"] == "debug_reply"
+            return dict(reply["content"])
+    raise TimeoutError(f"no debug_reply after {timeout} s for {content!r}")

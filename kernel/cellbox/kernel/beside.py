@@ -34,6 +34,7 @@ __all__ = [
     "complete_reply",
     "inspect_reply",
     "empty_complete_reply",
+    "variables_reply",
     "BESIDE_RUNNER",
     "BESIDE_TIME",
 ]
@@ -49,6 +50,9 @@ BESIDE_OUTPUT = 64 * 1024
 MAX_MATCHES = 10_000
 MAX_MATCH_CHARS = 1_000
 MAX_INSPECT_CHARS = 1024**2
+# Bounds on the debugger's variables between cells (the run's own bounds, checked again here).
+MAX_VARIABLES = 1000
+MAX_VALUE_CHARS = 1000
 TYPE_KEYS = {"start": int, "end": int, "text": str, "type": str, "signature": str}
 
 
@@ -185,6 +189,29 @@ def inspect_reply(content: dict[str, Any] | None) -> dict[str, Any]:
     if sum(len(k) + len(v) for k, v in data.items()) > MAX_INSPECT_CHARS:
         return empty
     return {"status": "ok", "found": content["found"] and bool(data), "data": dict(data), "metadata": {}}
+
+
+def variables_reply(content: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+    """The DAP Variables of a ``variables`` run (``inspectVariables``), or ``None`` when ``content`` is not that.
+
+    Each is exactly ``name``, ``value``, ``type`` (text) and
+    ``variablesReference`` 0 (nothing to expand: the run is gone), at most
+    :data:`MAX_VARIABLES` of them and :data:`MAX_VALUE_CHARS` characters a text.
+    """
+    listed = content.get("variables") if isinstance(content, dict) else None
+    if not isinstance(listed, list) or len(listed) > MAX_VARIABLES:
+        return None
+    kept = []
+    for variable in listed:
+        if not isinstance(variable, dict) or set(variable) != {"name", "value", "type", "variablesReference"}:
+            return None
+        texts = [variable[key] for key in ("name", "value", "type")]
+        if not all(isinstance(t, str) and len(t) <= MAX_VALUE_CHARS for t in texts):
+            return None
+        if variable["variablesReference"] != 0 or isinstance(variable["variablesReference"], bool):
+            return None
+        kept.append({**variable, "variablesReference": 0})
+    return kept
 
 
 def _is_type_entry(entry: Any) -> bool:

@@ -93,7 +93,47 @@ def inspect(shell: Any, request: dict[str, Any]) -> dict[str, Any]:
     return reply
 
 
-OPS: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {"complete": complete, "inspect": inspect}
+# Names of the namespace the debugger's variables panel does not show (ipykernel's Debugger.accept_variable).
+HIDDEN_NAMES = frozenset(
+    "__name__ __doc__ __package__ __loader__ __spec__ __annotations__ __builtins__ __builtin__ __display__ "
+    "get_ipython debugpy exit quit In Out _oh _dh _ __ ___".split()
+)
+# The most variables listed, and characters of one value's repr.
+MAX_VARIABLES = 1000
+MAX_VALUE_CHARS = 1000
+
+
+def variables(shell: Any, request: dict[str, Any]) -> dict[str, Any]:
+    """The namespace's variables as DAP Variables (``name``, ``value``, ``type``, ``variablesReference`` 0).
+
+    What the debugger's ``inspectVariables`` shows between cells, as
+    ipykernel's (its hidden names left out); a value is its ``repr``, cut to
+    :data:`MAX_VALUE_CHARS` characters (a ``repr`` that raises says so).
+    """
+    import re
+
+    hidden = set(shell.user_ns_hidden)
+    listed = []
+    for name, value in list(shell.user_ns.items()):
+        if name in HIDDEN_NAMES or name in hidden or re.match(r"_\d|_i", name) or not isinstance(name, str):
+            continue
+        try:
+            text = repr(value)
+        except Exception as exc:  # noqa: BLE001 - the cell's own __repr__
+            text = f"<repr raised {type(exc).__name__}>"
+        listed.append(
+            {"name": name, "value": text[:MAX_VALUE_CHARS], "type": type(value).__name__, "variablesReference": 0}
+        )
+        if len(listed) >= MAX_VARIABLES:
+            break
+    return {"variables": listed}
+
+
+OPS: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
+    "complete": complete,
+    "inspect": inspect,
+    "variables": variables,
+}
 
 
 def warm_up(shell: Any) -> None:

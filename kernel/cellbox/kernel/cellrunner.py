@@ -46,8 +46,10 @@ import importlib.util
 import io
 import json
 import os
+import queue
 import signal
 import sys
+import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -70,6 +72,10 @@ class Channel:
         # Buffered, so a write cut short (a signal during a large PNG) is completed by flush().
         self._out = os.fdopen(write_fd, "wb", closefd=False)
         self._in = os.fdopen(read_fd, "rb", buffering=0, closefd=False)
+        self.reply_fd = read_fd
+        # While a debugged cell runs, its debugger's bridge reads fd 4 and puts here what is not DAP.
+        self.replies: queue.Queue[dict[str, Any]] | None = None
+        self._lock = threading.Lock()  # the debugger's bridge writes from a thread of its own
 
     def send(self, message: dict[str, Any]) -> None:
         """Write one message; stdout and stderr are flushed first to keep the order."""
@@ -83,13 +89,16 @@ class Channel:
         # and the kernel drops a line that is not JSON, with the next message (the cell's error) joined to it.
         masked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            self._out.write(line)
-            self._out.flush()
+            with self._lock:
+                self._out.write(line)
+                self._out.flush()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, masked)
 
     def receive(self) -> dict[str, Any]:
         """Read one reply line (blocks); an empty dict when the kernel closed the channel."""
+        if self.replies is not None:
+            return self.replies.get()
         line = self._in.readline()
         return json.loads(line) if line.strip() else {}
 
@@ -486,7 +495,7 @@ def run(spec: dict[str, Any]) -> int:
         channel.send({"type": "transformed", "source": _transformed(shell, spec["code"])})
     shell.displayhook_error = None
     shell.displayhook.active = False
-    result = shell.run_cell(spec["code"], store_history=store, silent=silent)
+    result = _run_cell(shell, channel, spec, store, silent)
     _shell_history(shell)  # its digest now, for the next cell's check (in the snapshot this process leaves)
     payload = shell.payload_manager.read_payload()
     shell.payload_manager.clear_payload()  # the shell lives on: as ipykernel, each reply has its cell's own
@@ -507,6 +516,29 @@ def run(spec: dict[str, Any]) -> int:
         values = shell.user_expressions(spec["user_expressions"])
         channel.send({"type": "user_expressions", "value": json_ready(values)})
     return 0
+
+
+def _run_cell(shell: Any, channel: Channel, spec: dict[str, Any], store: bool, silent: bool) -> Any:
+    """Run the cell's code in the shell; under the debugger when the spec says so (:mod:`.debugcell`)."""
+    if not isinstance(spec.get("debug"), dict):
+        return shell.run_cell(spec["code"], store_history=store, silent=silent)
+    from IPython.core.inputtransformer2 import leading_empty_lines
+
+    from .debugcell import Bridge
+
+    # As ipykernel while debugging: leading empty lines stay, so the lines are the ones the breakpoints name.
+    cleanup = shell.input_transformer_manager.cleanup_transforms
+    removed = cleanup.index(leading_empty_lines) if leading_empty_lines in cleanup else None
+    if removed is not None:
+        cleanup.pop(removed)
+    bridge = Bridge(channel, spec["debug"])
+    try:
+        bridge.start()
+        return shell.run_cell(spec["code"], store_history=store, silent=silent)
+    finally:
+        bridge.stop()
+        if removed is not None:
+            cleanup.insert(removed, leading_empty_lines)
 
 
 def _settle_left_work() -> None:

@@ -14,7 +14,6 @@ changes is where things go:
 from __future__ import annotations
 
 import base64
-import hashlib
 import os
 import shutil
 import tempfile
@@ -32,6 +31,8 @@ from IPython.utils.process import arg_split
 from traitlets import Any as AnyTrait
 from traitlets import Type
 from traitlets.config import Config
+
+from .cellnames import cell_file_name
 
 __all__ = ["make_shell", "json_ready", "CellShell"]
 
@@ -102,13 +103,19 @@ class CellCompiler(CachingCompiler):
     A path-like name (rather than ``<ipython-input-...>``) makes IPython's
     tracebacks format frames as they do under ipykernel; a fixed directory
     (the task directory's tmp/) lets code carried from an earlier cell find
-    its source again.
+    its source again.  The name is ipykernel's (MurmurHash2 of the cell's raw
+    text, :mod:`cellbox.kernel.cellnames`), which JupyterLab's debugger
+    computes too to find the cell a breakpoint or a stopped frame is in.
     """
 
     def get_code_name(self, raw_code: str, transformed_code: str, number: int) -> str:
-        digest = hashlib.sha1(f"{number}\0{transformed_code}".encode()).hexdigest()[:16]
-        # TMPDIR as this process has it (tempfile caches the first answer, perhaps a warm start's).
-        return os.path.join(os.environ.get("TMPDIR") or tempfile.gettempdir(), "cells", f"{digest}.py")
+        return cell_file_name(raw_code, cells_folder())
+
+
+def cells_folder() -> str:
+    """Where this process's cells are named: ``TMPDIR/cells`` (the kernel's debugInfo gives the same folder)."""
+    # TMPDIR as this process has it (tempfile caches the first answer, perhaps a warm start's).
+    return os.path.join(os.environ.get("TMPDIR") or tempfile.gettempdir(), "cells")
 
 
 _CELLBOX_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep

@@ -62,6 +62,7 @@ from ..sandbox.session import ForkServer, ForkServerError, installed
 from .beside import BESIDE_RUNNER, Beside, complete_reply, empty_complete_reply, inspect_reply, run_beside
 from .cellerrors import error_for_outcome, exit_reason
 from .cellrunner import history_digest
+from .debugger import Debugger, debugpy_available
 from .magics import ceiling_from_text, ceiling_note, cell_limits
 
 __all__ = ["CellboxKernel", "main"]
@@ -101,7 +102,8 @@ HELD_ERRORS = ("MemoryError", "KeyboardInterrupt")
 # Seconds an interrupted cell's own KeyboardInterrupt handlers get before its processes are killed (the default
 # of CellboxKernel.interrupt_grace): ipykernel waits for them for ever, and a checkpoint takes seconds to write.
 INTERRUPT_GRACE = 5.0
-# Features of ipykernel's kernel_info that cellbox does not have (the messaging spec's supported_features).
+# Features of ipykernel's kernel_info that cellbox does not have (the messaging spec's supported_features);
+# "debugger" is cellbox's own to say (see kernel_info).
 UNSUPPORTED_FEATURES = ("debugger", "kernel subshells")
 SUBSHELLS_REFUSED = "cellbox runs one cell at a time, each forked from the session's latest state; it has no subshells"
 # The mimetype of cellbox's own notes, shown beside a cell as display_data (see CellboxKernel._note).
@@ -337,6 +339,9 @@ class CellboxKernel(Kernel):
         self._last_outcome: dict[str, Any] | None = None
         self._notes: list[str] = []  # the notes shown beside the running cell (see _note)
         self._session_lost: str | None = None
+        self.debugger = Debugger(
+            self.task.tmp / "cells", debugpy_available(), publish=self._debug_event, inspect=self._inspect_variables
+        )
         atexit.register(self.task.remove)
         # No cell, and no other program of this user, may trace this process or read its memory or
         # environment (the connection key is there): prctl(2) PR_SET_DUMPABLE.
@@ -422,11 +427,32 @@ class CellboxKernel(Kernel):
     @property
     def kernel_info(self) -> dict[str, Any]:  # type: ignore[override]
         info = dict(super().kernel_info)
-        # No debugger: each cell's process is gone before a debugger could attach. No subshells: a subshell's
-        # cell would run beside the main one without the session's state (see create_subshell_request).
-        info["supported_features"] = [f for f in info.get("supported_features", []) if f not in UNSUPPORTED_FEATURES]
-        info["debugger"] = False
+        # No subshells: a subshell's cell would run beside the main one without the session's state (see
+        # create_subshell_request). The debugger where debugpy is there for the cells (see cellbox.kernel.debugger).
+        features = [f for f in info.get("supported_features", []) if f not in UNSUPPORTED_FEATURES]
+        if self.debugger.available:
+            features.append("debugger")
+        info["supported_features"] = features
+        info["debugger"] = self.debugger.available
         return info
+
+    async def do_debug_request(self, msg: Any) -> dict[str, Any]:  # type: ignore[override]
+        """One DAP request of the frontend's debugger (control channel): the reply, always (:mod:`.debugger`)."""
+        return await self.debugger.handle(msg)
+
+    def _debug_event(self, event: dict[str, Any]) -> None:
+        """Publish one DAP event as ``debug_event`` on IOPub, as ipykernel does."""
+        if self.session is not None:
+            self.session.send(self.iopub_socket, "debug_event", event, self.get_parent("shell"))
+
+    def _inspect_variables(self) -> list[dict[str, Any]] | None:
+        """The latest snapshot's variables as DAP Variables, from a discarded run beside it (worker thread)."""
+        from .beside import variables_reply
+
+        place = self._beside()
+        if place is None:
+            return None
+        return variables_reply(run_beside(place, {"op": "variables"}))
 
     async def create_subshell_request(self, socket: Any, ident: Any, parent: Any) -> None:  # type: ignore[override]
         """Refuse a subshell (JEP 91): kernel_info does not offer them, and each cell needs the session's snapshot.
@@ -470,7 +496,10 @@ class CellboxKernel(Kernel):
         cell = _Cell(self, limits, silent, allow_stdin, len(self._inputs) - 1 if store_history else None)
         spec_file: _SpecFile | None = None
         try:
-            spec_file = self._write_spec(body, limits, silent, store_history, user_expressions or {}, allow_stdin)
+            debug = self.debugger.cell_config()
+            spec_file = self._write_spec(
+                body, limits, silent, store_history, user_expressions or {}, allow_stdin, debug=debug
+            )
             run = start(
                 [sys.executable, "-m", CELL_RUNNER, str(spec_file.path)],
                 limits=limits,
@@ -490,12 +519,16 @@ class CellboxKernel(Kernel):
         cell.run = run
         self._running = run
         self._input_gate = cell.input_gate
+        if debug is not None:
+            self.debugger.send_to_cell = lambda request: run.send({"dap": request})
         try:
             outcome = await asyncio.to_thread(run.wait)
         finally:
             self._running = self._interrupted = None
             cell.close()
             spec_file.remove()
+            if debug is not None:
+                cell.debug_ended()
         await asyncio.sleep(0)  # let the last forwarded messages go out first
         cell.flush()
         self._settle(cell, outcome)
@@ -603,6 +636,7 @@ class CellboxKernel(Kernel):
         store_history: bool,
         user_expressions: dict[str, str],
         allow_stdin: bool,
+        debug: dict[str, Any] | None = None,
     ) -> _SpecFile:
         before = self._history_before(store_history)
         spec = {
@@ -624,6 +658,8 @@ class CellboxKernel(Kernel):
             "parent": {"header": _header(self.get_parent("shell"))},
             "connection_file": os.path.basename(str(getattr(self.parent, "connection_file", "") or "")),
         }
+        if debug is not None:
+            spec["debug"] = debug  # breakpoints: the cell runs under the debugger (cellbox.kernel.debugcell)
         # A cell may have removed parts of the task directory: make them again.
         for directory in (self.task.home, self.task.work):
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -948,6 +984,8 @@ class _Cell:
         self.history_file: _SpecFile | None = None  # written for the cell's history_request, removed at its end
         self._pending: tuple[str, list[str]] | None = None
         self._flush_handle: asyncio.TimerHandle | None = None
+        self._stopped_at: float | None = None  # when the debugged cell stopped at a breakpoint (monotonic s)
+        self._stop_budget = 0.0  # seconds the deadline was moved out by at that stop
 
     def thread_safe(self, method: Callable[..., None], *first: Any) -> Callable[[Any], None]:
         def forward(value: Any) -> None:
@@ -973,7 +1011,48 @@ class _Cell:
         if kind == "history_request" and self.run is not None:
             self.run.send(self._history_reply())
             return
+        if kind == "dap":
+            # A response goes to its waiting request now; an event to the frontend, in order with the rest.
+            event = self.kernel.debugger.from_cell(message.get("message"))
+            if event is not None:
+                self.loop.call_soon_threadsafe(self.debug_event, event)
+            return
         self.loop.call_soon_threadsafe(self.message, message)
+
+    def debug_event(self, event: dict[str, Any]) -> None:
+        """Publish a DAP event of the debugged cell; time stopped at a breakpoint is off its wall clock.
+
+        As for an input prompt (:meth:`_waiting_for_the_user`): at ``stopped``
+        the deadline moves out by what is left of the session's
+        ``input_wait_cap``, at ``continued`` back to the time actually stopped,
+        which the cap is charged.  CPU time always counts.
+        """
+        self.flush()
+        kind = event.get("event")
+        if kind == "stopped" and self._stopped_at is None:
+            self._stop_budget = max(0.0, self.kernel.input_wait_cap - self.kernel._input_waited)
+            self._stopped_at = time.monotonic()
+            if self.run is not None:
+                self.run.move_deadline(self._stop_budget)
+        elif kind == "continued":
+            self._resumed()
+        self.kernel._debug_event(event)
+
+    def _resumed(self) -> None:
+        if self._stopped_at is None:
+            return
+        waited = min(time.monotonic() - self._stopped_at, self._stop_budget)
+        self._stopped_at = None
+        self.kernel._input_waited += waited
+        if self.run is not None:
+            self.run.move_deadline(waited - self._stop_budget)
+
+    def debug_ended(self) -> None:
+        """The cell under the debugger ended: the frontend is told it runs no more if it was stopped."""
+        self._resumed()
+        event = self.kernel.debugger.cell_ended()
+        if event is not None:
+            self.kernel._debug_event(event)
 
     def _history_reply(self) -> dict[str, Any]:
         """Where the shell finds the history it must have; once per cell (its shell asks before the cell runs)."""

@@ -1,0 +1,189 @@
+"""JupyterLab's visual debugger on cellbox: the Debug Adapter Protocol in debug_request/debug_reply and debug_event.
+
+The requests are the ones JupyterLab's debugger service sends, in its order (``debugInfo``, ``initialize``,
+``attach``, ``configurationDone``, ``dumpCell``, ``setBreakpoints``, then at a stop ``stackTrace``, ``scopes``,
+``variables``, ``next``/``stepIn``/``stepOut``/``continue``; ``inspectVariables`` between cells). What the kernel
+answers itself is compared with ipykernel's answer (``debugInfo``, ``dumpCell``, ``initialize``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ipykernel.compiler import murmur2_x86
+
+from cellbox.kernel.beside import variables_reply
+from cellbox.kernel.cellnames import HASH_SEED, murmur2
+from cellbox.kernel.debugger import NO_DEBUGPY, REFUSED, checked
+from kernelkit import debug_request, debug_request_content, execute, running_kernel
+
+INITIALIZE = {"clientID": "jupyterlab", "adapterID": "python", "pathFormat": "path", "linesStartAt1": True}
+CELLS = ["x = 1\n", "def f(n):\n    return n * 2\n\nf(3)\n", "print('é ☃')", ""]
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """An ipykernel and a cellbox kernel, each with the debugger's first requests answered (read-only tests)."""
+    folder = tmp_path_factory.mktemp("dap")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("IPYTHONDIR", str(folder / "ipython"))
+        with (
+            running_kernel("python3", cwd=str(folder)) as (_, ipy),
+            running_kernel("cellbox", cwd=str(folder)) as (
+                _,
+                cbx,
+            ),
+        ):
+            clients = {"python3": ipy, "cellbox": cbx}
+            # As JupyterLab starts its debugger session (session.ts start(): initialize, then attach).
+            started = {name: debug_request(kc, "initialize", 1, **INITIALIZE) for name, kc in clients.items()}
+            for kc in clients.values():
+                debug_request(kc, "attach", 3)
+            yield {**clients, "initialize": started}
+
+
+def _info(kc: Any) -> dict[str, Any]:
+    kc.kernel_info()
+    return dict(kc.get_shell_msg(timeout=60)["content"])
+
+
+# ---------------------------------------------------------------------- names and shapes (no kernel)
+
+
+def test_murmur2_is_ipykernels_for_any_text() -> None:
+    rng = random.Random(27)
+    texts = CELLS + ["".join(rng.choice("ab é☃\n\t") for _ in range(rng.randrange(64))) for _ in range(300)]
+    assert [murmur2(t) for t in texts] == [murmur2_x86(t, HASH_SEED) for t in texts]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        None,
+        [],
+        {"type": "response", "request_seq": 1, "success": True, "command": "next"},  # no seq
+        {"seq": 1, "type": "response", "request_seq": "1", "success": True, "command": "next"},
+        {"seq": 1, "type": "response", "request_seq": 1, "success": "yes", "command": "next"},
+        {"seq": 1, "type": "event", "event": "stopped", "body": ["not", "an", "object"]},
+        {"seq": 1, "type": "event", "event": 5},
+        {"seq": 1, "type": "request", "command": "evaluate"},  # a debuggee never sends requests to the kernel
+    ],
+)
+def test_a_message_of_the_wrong_shape_from_a_cell_is_dropped(message: Any) -> None:
+    assert checked(message) is None
+
+
+def test_a_response_and_an_event_of_the_right_shape_pass_unchanged() -> None:
+    event = {"seq": 4, "type": "event", "event": "stopped", "body": {"threadId": 1, "reason": "breakpoint"}}
+    reply = {"seq": 5, "type": "response", "request_seq": 3, "success": True, "command": "next"}
+    assert checked(event) == event
+    assert checked(reply) == reply
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        {"variables": [{"name": "x", "value": "1", "type": "int", "variablesReference": 7}]},  # expandable: no
+        {"variables": [{"name": "x", "value": 1, "type": "int", "variablesReference": 0}]},
+        {"variables": [{"name": "x", "value": "1" * 1001, "type": "int", "variablesReference": 0}]},
+        {"variables": [{"name": "x", "value": "1", "type": "int", "variablesReference": 0, "evaluateName": "x"}]},
+        {"variables": "x"},
+        None,
+    ],
+)
+def test_variables_of_the_wrong_shape_from_a_run_beside_are_refused(content: Any) -> None:
+    assert variables_reply(content) is None
+
+
+# ---------------------------------------------------------------------- what the kernel answers itself
+
+
+def test_kernel_info_offers_the_debugger_as_ipykernel_does(kernels: dict[str, Any]) -> None:
+    for name in ("python3", "cellbox"):
+        assert "debugger" in _info(kernels[name])["supported_features"], name
+    # The older field JupyterLab also reads (messaging spec 5.5's kernel_info "debugger").
+    assert _info(kernels["cellbox"])["debugger"] is True
+
+
+def test_debug_info_has_ipykernels_fields_and_hash(kernels: dict[str, Any]) -> None:
+    replies = {name: debug_request(kernels[name], "debugInfo", 1) for name in ("python3", "cellbox")}
+    ipy, cbx = replies["python3"], replies["cellbox"]
+    assert cbx["success"] is True and cbx["command"] == "debugInfo" and cbx["request_seq"] == 1
+    assert set(cbx) == set(ipy)
+    assert set(cbx["body"]) == set(ipy["body"])
+    for field in ("hashMethod", "hashSeed", "tmpFileSuffix", "exceptionPaths"):
+        assert cbx["body"][field] == ipy["body"][field], field
+    assert cbx["body"]["tmpFilePrefix"].endswith(os.sep)
+    assert cbx["body"]["richRendering"] is False  # richInspectVariables is refused (see below)
+
+
+def test_dump_cell_names_the_cell_as_ipykernel_and_writes_it(kernels: dict[str, Any]) -> None:
+    prefix = debug_request(kernels["cellbox"], "debugInfo", 1)["body"]["tmpFilePrefix"]
+    for seq, code in enumerate(CELLS, 3):
+        ipy = debug_request(kernels["python3"], "dumpCell", seq, code=code)
+        cbx = debug_request(kernels["cellbox"], "dumpCell", seq, code=code)
+        assert (cbx["success"], cbx["command"], cbx["request_seq"]) == (True, "dumpCell", seq)
+        assert set(cbx["body"]) == set(ipy["body"]) == {"sourcePath"}
+        path = cbx["body"]["sourcePath"]
+        assert os.path.basename(path) == os.path.basename(ipy["body"]["sourcePath"])
+        assert path == f"{prefix}{murmur2(code)}.py"
+        assert Path(path).read_text(encoding="utf-8") == code
+
+
+def test_the_cell_runs_under_the_name_dump_cell_gave(kernels: dict[str, Any]) -> None:
+    code = "import inspect\nprint(inspect.currentframe().f_code.co_filename)"
+    path = debug_request(kernels["cellbox"], "dumpCell", 9, code=code)["body"]["sourcePath"]
+    assert execute(kernels["cellbox"], code).stream() == path + "\n"
+
+
+def test_initialize_answers_capabilities_ipykernel_also_has(kernels: dict[str, Any]) -> None:
+    ipy, cbx = kernels["initialize"]["python3"], kernels["initialize"]["cellbox"]
+    assert (cbx["success"], cbx["command"], cbx["type"]) == (ipy["success"], ipy["command"], ipy["type"])
+    assert cbx["success"] is True
+    offered = {key for key, value in cbx["body"].items() if value is True}
+    assert offered and offered <= {key for key, value in ipy["body"].items() if value is True}
+    filters = {f["filter"] for f in cbx["body"]["exceptionBreakpointFilters"]}
+    assert filters <= {f["filter"] for f in ipy["body"]["exceptionBreakpointFilters"]}
+    assert debug_request(kernels["cellbox"], "debugInfo", 2)["body"]["isStarted"] is True
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ({"seq": 1, "type": "request", "command": "noSuchRequest", "arguments": {}}, "does not support"),
+        ({"seq": 1, "type": "event", "event": "stopped"}, "DAP request"),
+        ({"type": "request", "command": "debugInfo"}, "integer seq"),
+        ({"seq": 1, "type": "request", "command": "dumpCell", "arguments": []}, "arguments must be an object"),
+        ({"seq": 1, "type": "request", "command": "dumpCell", "arguments": {"code": 5}}, "arguments.code"),
+        ({"seq": 1, "type": "request", "command": "stackTrace", "arguments": {"threadId": 1}}, "no cell is stopped"),
+        (
+            {"seq": 1, "type": "request", "command": "richInspectVariables", "arguments": {"variableName": "x"}},
+            REFUSED["richInspectVariables"],
+        ),
+        ({"seq": 1, "type": "request", "command": "copyToGlobals", "arguments": {}}, REFUSED["copyToGlobals"]),
+    ],
+)
+def test_every_debug_request_gets_a_reply_saying_what_is_not_supported(
+    kernels: dict[str, Any], content: Any, words: str
+) -> None:
+    reply = debug_request_content(kernels["cellbox"], content)
+    assert reply["type"] == "response"
+    assert reply["success"] is False
+    assert words in reply["message"]
+
+
+def test_without_debugpy_every_request_but_debug_info_says_how_to_get_it(tmp_path: Path) -> None:
+    import asyncio
+
+    from cellbox.kernel.debugger import Debugger
+
+    debugger = Debugger(tmp_path, False, publish=lambda event: None, inspect=lambda: None)
+    initialize = asyncio.run(debugger.handle({"seq": 1, "type": "request", "command": "initialize"}))
+    info = asyncio.run(debugger.handle({"seq": 2, "type": "request", "command": "debugInfo"}))
+    assert (initialize["success"], initialize["message"]) == (False, NO_DEBUGPY)
+    assert info["success"] is True and info["body"]["isStarted"] is False
