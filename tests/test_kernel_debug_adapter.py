@@ -187,3 +187,112 @@ def test_without_debugpy_every_request_but_debug_info_says_how_to_get_it(tmp_pat
     info = asyncio.run(debugger.handle({"seq": 2, "type": "request", "command": "debugInfo"}))
     assert (initialize["success"], initialize["message"]) == (False, NO_DEBUGPY)
     assert info["success"] is True and info["body"]["isStarted"] is False
+
+
+# ---------------------------------------------------------------------- a cell stopped at a breakpoint
+
+STEPPED = "def double(n):\n    m = n * 2\n    return m\n\na = 20\nb = double(a)\nc = b + 2\n"
+STEP_LINE = 6  # b = double(a)
+# What the test does at each stop, in order (JupyterLab's step buttons).
+ACTIONS = ["stepIn", "stepOut", "next", "continue"]
+MODULES = "import sys\nprint('debugpy' in sys.modules, 'pydevd' in sys.modules)"
+AFTER = (
+    "import os, posix, sys, threading\n"
+    "print(sys.gettrace() is None, os.fork is posix.fork, threading._trace_hook is None,\n"
+    "      sys.breakpointhook is sys.__breakpointhook__, [t.name for t in threading.enumerate()], (a, b, c, kept))"
+)
+
+
+def _stopped_frame(kc: Any, event: dict[str, Any], seq: int) -> dict[str, Any]:
+    """What JupyterLab asks at a stop (stackTrace, scopes, variables): the top frame and its local variables."""
+    thread = event["body"]["threadId"]
+    frames = debug_request(kc, "stackTrace", seq, threadId=thread)["body"]["stackFrames"]
+    scopes = debug_request(kc, "scopes", seq + 1, frameId=frames[0]["id"])["body"]["scopes"]
+    local = next(s for s in scopes if s["name"] == "Locals")
+    listed = debug_request(kc, "variables", seq + 2, variablesReference=local["variablesReference"])
+    return {
+        "name": frames[0]["name"],
+        "line": frames[0]["line"],
+        "path": frames[0]["source"]["path"],
+        "locals": {v["name"]: v["value"] for v in listed["body"]["variables"]},
+        "thread": thread,
+    }
+
+
+def _run_stepping(kc: Any, code: str, actions: list[str]) -> dict[str, Any]:
+    stops: list[dict[str, Any]] = []
+    replies: list[dict[str, Any]] = []
+    todo = iter(actions)
+
+    def during(msg: dict[str, Any]) -> None:
+        if msg["msg_type"] != "debug_event" or msg["content"]["event"] != "stopped":
+            return
+        seq = 100 + 10 * len(stops)
+        stops.append(_stopped_frame(kc, msg["content"], seq))
+        action = next(todo, "continue")
+        replies.append(debug_request(kc, action, seq + 5, threadId=stops[-1]["thread"]))
+
+    result = execute(kc, code, during=during)
+    events = [c["event"] for c in result.of("debug_event") if c["event"] in ("stopped", "continued")]
+    return {"result": result, "stops": stops, "replies": replies, "events": events}
+
+
+@pytest.fixture(scope="module")
+def stepping(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """One session as a JupyterLab user debugs a cell: breakpoint, step in, out, over, continue; then without it."""
+    folder = tmp_path_factory.mktemp("dap-steps")
+    with running_kernel("cellbox", cwd=str(folder)) as (_, kc):
+        record: dict[str, Any] = {"before": execute(kc, "kept = 'state'\n" + MODULES).stream()}
+        for seq, command in enumerate(("initialize", "attach", "configurationDone"), 1):
+            debug_request(kc, command, seq, **(INITIALIZE if command == "initialize" else {}))
+        record["started, no breakpoints"] = execute(kc, MODULES).stream()
+        path = debug_request(kc, "dumpCell", 10, code=STEPPED)["body"]["sourcePath"]
+        record["path"] = path
+        record["set"] = debug_request(kc, "setBreakpoints", 11, source={"path": path}, breakpoints=[{"line": 6}])
+        record["info"] = debug_request(kc, "debugInfo", 12)["body"]
+        record.update(_run_stepping(kc, STEPPED, ACTIONS))
+        debug_request(kc, "setBreakpoints", 13, source={"path": path}, breakpoints=[])
+        record["after"] = execute(kc, AFTER)
+        yield record
+
+
+def test_a_cell_without_breakpoints_never_imports_debugpy(stepping: dict[str, Any]) -> None:
+    assert stepping["before"] == "False False\n"
+    assert stepping["started, no breakpoints"] == "False False\n"
+
+
+def test_set_breakpoints_is_kept_and_shown_by_debug_info(stepping: dict[str, Any]) -> None:
+    assert stepping["set"]["success"] is True
+    assert [b["line"] for b in stepping["set"]["body"]["breakpoints"]] == [STEP_LINE]
+    assert stepping["info"]["breakpoints"] == [{"source": stepping["path"], "breakpoints": [{"line": STEP_LINE}]}]
+
+
+def test_the_cell_stops_at_the_breakpoint_with_its_frame_and_variables(stepping: dict[str, Any]) -> None:
+    first = stepping["stops"][0]
+    assert (first["name"], first["line"], first["path"]) == ("<module>", STEP_LINE, stepping["path"])
+    assert first["locals"]["a"] == "20"
+    assert "b" not in first["locals"]  # the breakpoint's line has not run yet
+
+
+def test_step_in_out_and_over_stop_where_pdb_would(stepping: dict[str, Any]) -> None:
+    into, out, over = stepping["stops"][1:4]
+    assert (into["name"], into["line"], into["locals"]) == ("double", 2, {"n": "20"})
+    assert out["name"] == "<module>" and out["line"] == STEP_LINE
+    assert (over["name"], over["line"]) == ("<module>", STEP_LINE + 1)
+    assert over["locals"]["b"] == "40"
+    assert len(stepping["stops"]) == len(ACTIONS)
+    assert [r["success"] for r in stepping["replies"]] == [True] * len(ACTIONS)
+    assert [r["command"] for r in stepping["replies"]] == ACTIONS
+
+
+def test_debug_events_reach_the_frontend_in_order(stepping: dict[str, Any]) -> None:
+    assert stepping["events"] == ["stopped", "continued"] * len(ACTIONS)
+
+
+def test_the_debugged_cell_finishes_and_the_next_cell_keeps_its_state_without_a_trace(
+    stepping: dict[str, Any],
+) -> None:
+    assert stepping["result"].status == "ok"
+    after = stepping["after"]
+    assert after.status == "ok", after.traceback
+    assert after.stream() == "True True True True ['MainThread'] (20, 40, 42, 'state')\n"

@@ -533,10 +533,18 @@ def _run_cell(shell: Any, channel: Channel, spec: dict[str, Any], store: bool, s
         cleanup.pop(removed)
     bridge = Bridge(channel, spec["debug"])
     try:
-        bridge.start()
-        return shell.run_cell(spec["code"], store_history=store, silent=silent)
+        try:
+            bridge.start()
+        except Exception as exc:  # noqa: BLE001 - the cell still runs, and the kernel says why it was not debugged
+            bridge.stop()
+            note = f"cellbox: the debugger could not start ({type(exc).__name__}: {exc}); the cell ran without it"
+            channel.send({"type": "note", "text": note})
+            return shell.run_cell(spec["code"], store_history=store, silent=silent)
+        try:
+            return shell.run_cell(spec["code"], store_history=store, silent=silent)
+        finally:
+            bridge.stop()
     finally:
-        bridge.stop()
         if removed is not None:
             cleanup.insert(removed, leading_empty_lines)
 

@@ -26,6 +26,7 @@ session's own (``debugpy.listen()``'s patched fork loses the session's state).
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import queue
@@ -99,9 +100,9 @@ class Bridge:
         """Start pydevd on this thread (the cell's main thread) with the session's breakpoints; returns at once."""
         # Its warning that frozen modules may hide breakpoints is about the standard library's, not the cell's.
         os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
-        # debugpy's own set-up of its vendored pydevd (the JSON protocol, debugpy's defaults).
+        # debugpy's own set-up of its vendored pydevd (the JSON protocol, debugpy's defaults), before pydevd.
+        importlib.import_module("debugpy._vendored.force_pydevd")
         import pydevd
-        from debugpy._vendored import force_pydevd  # noqa: F401
 
         self.channel.replies = queue.Queue()
         for target in (self._to_kernel, self._from_kernel):
@@ -191,10 +192,10 @@ class Bridge:
 
     def stop(self) -> None:
         """Stop pydevd and the bridge: what the session's next snapshot forks from holds none of it."""
-        import pydevd
-
+        pydevd = sys.modules.get("pydevd")
         try:
-            pydevd.stoptrace()
+            if pydevd is not None:
+                pydevd.stoptrace()
         finally:
             # stoptrace leaves the trace function of the frames it traced (this one's callers): cleared here.
             sys.settrace(None)
@@ -218,10 +219,12 @@ class Bridge:
             for thread in self._threads:
                 thread.join(1.0)
             self.channel.replies = None
-            pydevd.start_client = _start_client()
+            if pydevd is not None:
+                pydevd.start_client = _start_client()  # type: ignore[attr-defined]
 
 
 def _start_client() -> Any:
+    """pydevd's own ``start_client``, put back for code of the cell's that starts pydevd itself."""
     from _pydevd_bundle.pydevd_comm import start_client
 
     return start_client
