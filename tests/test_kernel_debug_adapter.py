@@ -296,3 +296,86 @@ def test_the_debugged_cell_finishes_and_the_next_cell_keeps_its_state_without_a_
     after = stepping["after"]
     assert after.status == "ok", after.traceback
     assert after.stream() == "True True True True ['MainThread'] (20, 40, 42, 'state')\n"
+
+
+# ---------------------------------------------------------------------- wall clock, interrupt, restart at a stop
+
+WALL = 5.0  # the session's wall_time, seconds
+STOPPED_FOR = WALL + 2.0  # seconds the test keeps the cell stopped at its breakpoint
+HALTING = "t = 1\nt = 2\nt = 3\nprint(t)\n"
+
+
+@pytest.fixture(scope="module")
+def short_wall(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any, str]]:
+    """A session whose cells have a wall-clock limit of WALL seconds, its debugger started, a breakpoint set."""
+    folder = tmp_path_factory.mktemp("dap-wall")
+    with running_kernel("cellbox", cwd=str(folder), extra=[f"--CellboxKernel.wall_time={WALL}"]) as (km, kc):
+        debug_request(kc, "initialize", 1, **INITIALIZE)
+        debug_request(kc, "attach", 2)
+        path = debug_request(kc, "dumpCell", 3, code=HALTING)["body"]["sourcePath"]
+        yield km, kc, path
+
+
+def _break_at_line_2(kc: Any, path: str) -> None:
+    reply = debug_request(kc, "setBreakpoints", 4, source={"path": path}, breakpoints=[{"line": 2}])
+    assert reply["success"] is True
+
+
+@pytest.mark.slow
+def test_time_stopped_at_a_breakpoint_is_off_the_wall_clock(short_wall: tuple[Any, Any, str]) -> None:
+    import time
+
+    _km, kc, path = short_wall
+    _break_at_line_2(kc, path)
+
+    def during(msg: dict[str, Any]) -> None:
+        if msg["msg_type"] == "debug_event" and msg["content"]["event"] == "stopped":
+            time.sleep(STOPPED_FOR)  # the user reads the variables panel
+            debug_request(kc, "continue", 5, threadId=msg["content"]["body"]["threadId"])
+
+    result = execute(kc, HALTING, during=during)
+    assert result.status == "ok", result.traceback
+    assert result.stream() == "3\n"
+    assert result.metadata["cellbox"]["wall_time"] > WALL  # it was stopped longer than its limit, and not stopped
+
+
+def test_a_cell_stopped_at_a_breakpoint_can_be_interrupted(short_wall: tuple[Any, Any, str]) -> None:
+    km, kc, path = short_wall
+    _break_at_line_2(kc, path)
+    stops: list[int] = []
+
+    def during(msg: dict[str, Any]) -> None:
+        if msg["msg_type"] == "debug_event" and msg["content"]["event"] == "stopped":
+            stops.append(msg["content"]["body"]["threadId"])
+            km.interrupt_kernel()
+
+    result = execute(kc, HALTING, during=during)
+    assert len(stops) == 1
+    assert (result.status, result.content["ename"]) == ("error", "KeyboardInterrupt")
+    assert debug_request(kc, "debugInfo", 6)["body"]["stoppedThreads"] == []
+    debug_request(kc, "setBreakpoints", 7, source={"path": path}, breakpoints=[])
+    after = execute(kc, "import sys\nprint(t, sys.gettrace() is None)")
+    assert after.stream() == "1 True\n"  # line 1 ran before the stop, and its state is kept
+
+
+@pytest.mark.slow
+def test_a_kernel_with_a_cell_stopped_at_a_breakpoint_restarts(tmp_path: Path) -> None:
+    from queue import Empty
+
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (km, kc):
+        debug_request(kc, "initialize", 1, **INITIALIZE)
+        path = debug_request(kc, "dumpCell", 2, code=HALTING)["body"]["sourcePath"]
+        _break_at_line_2(kc, path)
+        kc.execute(HALTING)
+        stopped = False
+        while not stopped:
+            try:
+                msg = kc.get_iopub_msg(timeout=60)
+            except Empty:
+                break
+            stopped = msg["msg_type"] == "debug_event" and msg["content"]["event"] == "stopped"
+        assert stopped
+        km.restart_kernel(now=False)
+        kc.wait_for_ready(timeout=60)
+        assert debug_request(kc, "debugInfo", 3)["body"]["isStarted"] is False
+        assert execute(kc, "print(6 * 7)").stream() == "42\n"
