@@ -379,3 +379,41 @@ def test_a_kernel_with_a_cell_stopped_at_a_breakpoint_restarts(tmp_path: Path) -
         kc.wait_for_ready(timeout=60)
         assert debug_request(kc, "debugInfo", 3)["body"]["isStarted"] is False
         assert execute(kc, "print(6 * 7)").stream() == "42\n"
+
+
+# ---------------------------------------------------------------------- the variables panel between cells
+
+DEFINED = "answer = 41\nword = 'forty-one'\nitems = [1, 2, 3]\n"
+ODD = (
+    "class Loud:\n"
+    "    def __repr__(self):\n"
+    "        raise RuntimeError('no')\n"
+    "loud = Loud()\n"
+    "long = 'x' * 100_000\n"
+)
+
+
+def _variables(kc: Any, seq: int) -> dict[str, dict[str, Any]]:
+    reply = debug_request(kc, "inspectVariables", seq)
+    assert reply["success"] is True, reply
+    return {v["name"]: v for v in reply["body"]["variables"]}
+
+
+def test_inspect_variables_between_cells_lists_the_namespace_as_ipykernel(kernels: dict[str, Any]) -> None:
+    seen = {}
+    for name in ("python3", "cellbox"):
+        assert execute(kernels[name], DEFINED).status == "ok"
+        seen[name] = _variables(kernels[name], 20)
+    for variable in ("answer", "word", "items"):
+        ipy, cbx = seen["python3"][variable], seen["cellbox"][variable]
+        assert (cbx["value"], cbx["type"]) == (ipy["value"], ipy["type"]), variable
+        assert cbx == {"name": variable, "value": ipy["value"], "type": ipy["type"], "variablesReference": 0}
+    assert not {"In", "Out", "get_ipython", "exit", "_", "__name__"} & set(seen["cellbox"])
+
+
+def test_inspect_variables_bounds_a_value_and_survives_a_repr_that_raises(kernels: dict[str, Any]) -> None:
+    assert execute(kernels["cellbox"], ODD).status == "ok"
+    listed = _variables(kernels["cellbox"], 22)
+    assert listed["loud"]["value"] == "<repr raised RuntimeError>"
+    assert listed["long"]["value"] == repr("x" * 100_000)[:1000]
+    assert listed["long"]["type"] == "str"
