@@ -196,6 +196,10 @@ STEP_LINE = 6  # b = double(a)
 # What the test does at each stop, in order (JupyterLab's step buttons).
 ACTIONS = ["stepIn", "stepOut", "next", "continue"]
 MODULES = "import sys\nprint('debugpy' in sys.modules, 'pydevd' in sys.modules)"
+SOCKETS = (
+    "import os\n"
+    "print(sum(os.readlink(f'/proc/self/fd/{fd}').startswith('socket:') for fd in os.listdir('/proc/self/fd')))"
+)
 AFTER = (
     "import os, posix, sys, threading\n"
     "print(sys.gettrace() is None, os.fork is posix.fork, threading._trace_hook is None,\n"
@@ -243,6 +247,7 @@ def stepping(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     folder = tmp_path_factory.mktemp("dap-steps")
     with running_kernel("cellbox", cwd=str(folder)) as (_, kc):
         record: dict[str, Any] = {"before": execute(kc, "kept = 'state'\n" + MODULES).stream()}
+        record["sockets before"] = execute(kc, SOCKETS).stream()
         for seq, command in enumerate(("initialize", "attach", "configurationDone"), 1):
             debug_request(kc, command, seq, **(INITIALIZE if command == "initialize" else {}))
         record["started, no breakpoints"] = execute(kc, MODULES).stream()
@@ -253,6 +258,7 @@ def stepping(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
         record.update(_run_stepping(kc, STEPPED, ACTIONS))
         debug_request(kc, "setBreakpoints", 13, source={"path": path}, breakpoints=[])
         record["after"] = execute(kc, AFTER)
+        record["sockets after"] = execute(kc, SOCKETS).stream()
         yield record
 
 
@@ -296,6 +302,7 @@ def test_the_debugged_cell_finishes_and_the_next_cell_keeps_its_state_without_a_
     after = stepping["after"]
     assert after.status == "ok", after.traceback
     assert after.stream() == "True True True True ['MainThread'] (20, 40, 42, 'state')\n"
+    assert stepping["sockets after"] == stepping["sockets before"]  # pydevd's socketpair is closed
 
 
 # ---------------------------------------------------------------------- wall clock, interrupt, restart at a stop
@@ -384,13 +391,7 @@ def test_a_kernel_with_a_cell_stopped_at_a_breakpoint_restarts(tmp_path: Path) -
 # ---------------------------------------------------------------------- the variables panel between cells
 
 DEFINED = "answer = 41\nword = 'forty-one'\nitems = [1, 2, 3]\n"
-ODD = (
-    "class Loud:\n"
-    "    def __repr__(self):\n"
-    "        raise RuntimeError('no')\n"
-    "loud = Loud()\n"
-    "long = 'x' * 100_000\n"
-)
+ODD = "class Loud:\n    def __repr__(self):\n        raise RuntimeError('no')\nloud = Loud()\nlong = 'x' * 100_000\n"
 
 
 def _variables(kc: Any, seq: int) -> dict[str, dict[str, Any]]:
@@ -417,3 +418,23 @@ def test_inspect_variables_bounds_a_value_and_survives_a_repr_that_raises(kernel
     assert listed["loud"]["value"] == "<repr raised RuntimeError>"
     assert listed["long"]["value"] == repr("x" * 100_000)[:1000]
     assert listed["long"]["type"] == "str"
+
+
+def test_a_raised_exception_breakpoint_stops_the_cell_where_it_raises(short_wall: tuple[Any, Any, str]) -> None:
+    _km, kc, path = short_wall
+    debug_request(kc, "setBreakpoints", 30, source={"path": path}, breakpoints=[])
+    assert debug_request(kc, "setExceptionBreakpoints", 31, filters=["raised"])["success"] is True
+    stops: list[dict[str, Any]] = []
+
+    def during(msg: dict[str, Any]) -> None:
+        if msg["msg_type"] == "debug_event" and msg["content"]["event"] == "stopped":
+            stops.append(_stopped_frame(kc, msg["content"], 40))
+            stops[-1]["reason"] = msg["content"]["body"]["reason"]
+            debug_request(kc, "continue", 45, threadId=stops[-1]["thread"])
+
+    try:
+        result = execute(kc, "n = 0\nr = 1 / n\n", during=during)
+    finally:
+        debug_request(kc, "setExceptionBreakpoints", 32, filters=[])
+    assert (result.status, result.content["ename"]) == ("error", "ZeroDivisionError")
+    assert [(s["reason"], s["line"], s["locals"].get("n")) for s in stops] == [("exception", 2, "0")]
