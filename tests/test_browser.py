@@ -316,3 +316,38 @@ def lesson_cells(path: Path) -> dict[str, int]:
 def _shot(name: str) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     return SCREENSHOTS / f"{name}.png"
+
+
+def test_debugger_stops_at_a_breakpoint_and_shows_the_variables(notebook: Callable[..., Any]) -> None:
+    """The bug button turns the debugger on, a click in the gutter sets a breakpoint, the variables panel reads."""
+    from playwright.sync_api import expect
+
+    nb = notebook(["first = 20\nsecond = first * 2\nprint(second)"])
+    page = nb.page
+    bug = page.locator(".jp-NotebookPanel-toolbar .jp-DebuggerBugButton")
+    expect(bug).to_be_enabled()  # the kernelspec and kernel_info offer the debugger
+    bug.click()
+    expect(bug).to_have_attribute("aria-pressed", "true")
+    sidebar = page.locator("#jp-debugger-sidebar")
+    if not sidebar.is_visible():
+        page.locator('.jp-SideBar.jp-mod-right [data-id="jp-debugger-sidebar"]').click()
+    expect(sidebar).to_be_visible()
+    cell = nb.cell(0)
+    gutter = cell.locator("div.cm-gutter.cm-breakpoint-gutter")
+    expect(gutter).to_be_visible()
+    line = cell.locator(".cm-line").nth(1).bounding_box()
+    box = gutter.bounding_box()
+    assert line is not None and box is not None
+    page.mouse.click(box["x"] + box["width"] / 2, line["y"] + line["height"] / 2)
+    expect(sidebar.locator(".jp-DebuggerBreakpoints")).to_contain_text("2")  # the panel lists line 2
+    nb.start(0)
+    variables = sidebar.locator(".jp-DebuggerVariables")
+    expect(variables).to_contain_text("first")
+    expect(variables).to_contain_text("20")
+    expect(cell.locator(".jp-DebuggerEditor-highlight").first).to_be_visible()  # the stopped line
+    assert "second" not in text_of(variables)  # line 2 has not run yet
+    nb.screenshot("15-debugger-stopped", 0)
+    sidebar.locator('[title^="Continue"]').first.click()
+    nb.wait_until_done(0)
+    expect(nb.output(0)).to_contain_text("40")
+    nb.screenshot("16-debugger-continued", 0)

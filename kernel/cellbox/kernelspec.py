@@ -19,6 +19,7 @@ kernel's import path, and ``PYTHONPATH`` out of it.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -187,7 +188,9 @@ def kernel_json(
         "display_name": display_name,
         "language": "python",
         "interrupt_mode": "signal",
-        "metadata": {"debugger": False},
+        # JupyterLab enables its debugger for kernels whose spec says so (DebuggerService.isAvailable), as
+        # ipykernel's spec does where debugpy is installed; the kernel's kernel_info says the same (debugger.py).
+        "metadata": {"debugger": importlib.util.find_spec("debugpy") is not None},
     }
 
 

@@ -28,6 +28,7 @@ import asyncio
 import concurrent.futures
 import importlib.util
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -263,9 +264,11 @@ class Debugger:
     async def _inspectVariables(self, request: dict[str, Any]) -> dict[str, Any]:
         variables = await asyncio.to_thread(self.inspect)
         if variables is None:
+            # With an empty list too: JupyterLab reads body.variables of the reply whatever its success.
             return response(
                 request,
                 False,
+                body={"variables": []},
                 message="inspectVariables: the session's state cannot be read now "
                 "(a cell is running, or the session is not ready)",
             )
@@ -298,7 +301,12 @@ class Debugger:
         self._waiting[request["seq"]] = waiting
         try:
             send(request)
-            return await asyncio.wait_for(asyncio.wrap_future(waiting), RESPONSE_TIMEOUT)
+            reply = await asyncio.wait_for(asyncio.wrap_future(waiting), RESPONSE_TIMEOUT)
+            if request["command"] == "variables" and isinstance(reply.get("body", {}).get("variables"), list):
+                # As ipykernel's Debugger.variables: the shell's own names are not the student's variables.
+                listed = reply["body"]["variables"]
+                reply["body"]["variables"] = [v for v in listed if isinstance(v, dict) and shown(v.get("name"))]
+            return reply
         except TimeoutError:
             return response(request, False, message=f"{request['command']}: the cell did not answer (it ended?)")
         finally:
@@ -344,6 +352,15 @@ class Debugger:
             return None
         self.stopped_threads.clear()
         return {"seq": 0, "type": "event", "event": "continued", "body": {"threadId": 1, "allThreadsContinued": True}}
+
+
+def shown(name: Any) -> bool:
+    """Whether the variables panel shows a variable of this name (ipykernel's ``Debugger.accept_variable``)."""
+    from .besiderunner import HIDDEN_NAMES
+
+    if not isinstance(name, str):
+        return False
+    return name not in HIDDEN_NAMES and not re.match(r"_\d|_i", name)
 
 
 def _breakpoint(wanted: dict[str, Any]) -> dict[str, Any]:
