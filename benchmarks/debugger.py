@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         whole = statistics.median(r[0] for r in rounds)
         cell = statistics.median(r[1] for r in rounds)
         medians[which] = whole
-        print(f"{which:10s} initialize to stopped {whole:6.2f} s   execute to stopped {cell:6.2f} s   ({len(rounds)} rounds)")
+        line = f"{which:10s} initialize to stopped {whole:6.2f} s   execute to stopped {cell:6.2f} s"
+        print(f"{line}   ({len(rounds)} rounds)")
     print(f"cellbox's first debugged cell: {medians['cellbox'] - medians['ipykernel']:+.2f} s against ipykernel")
     return 0
 

@@ -156,6 +156,10 @@ def test_initialize_answers_capabilities_ipykernel_also_has(kernels: dict[str, A
     ("content", "words"),
     [
         ({"seq": 1, "type": "request", "command": "noSuchRequest", "arguments": {}}, "does not support"),
+        # Names of the kernel's own attributes are requests like any other (none may call into the kernel).
+        ({"seq": 1, "type": "request", "command": "waiting", "arguments": {}}, "does not support"),
+        ({"seq": 1, "type": "request", "command": "_inspectVariables", "arguments": {}}, "does not support"),
+        ({"seq": 1, "type": "request", "command": "cell_ended", "arguments": {}}, "does not support"),
         ({"seq": 1, "type": "event", "event": "stopped"}, "DAP request"),
         ({"type": "request", "command": "debugInfo"}, "integer seq"),
         ({"seq": 1, "type": "request", "command": "dumpCell", "arguments": []}, "arguments must be an object"),

@@ -50,6 +50,18 @@ CAPABILITIES: dict[str, Any] = {
         {"filter": "uncaught", "label": "Uncaught Exceptions", "default": True},
     ],
 }
+# Requests the kernel answers itself (each by its method of that name with a leading underscore).
+ANSWERED = (
+    "dumpCell",
+    "initialize",
+    "attach",
+    "configurationDone",
+    "setBreakpoints",
+    "setExceptionBreakpoints",
+    "threads",
+    "inspectVariables",
+    "disconnect",
+)
 # Requests about a stopped cell's frames, forwarded to its process.
 FORWARDED = (
     "stackTrace",
@@ -183,7 +195,7 @@ class Debugger:
             return self.debug_info(request)
         if not self.available:
             return response(request, False, message=NO_DEBUGPY)
-        own = getattr(self, f"_{command}", None)
+        own = getattr(self, f"_{command}", None) if command in ANSWERED else None
         if own is not None:
             return await own(request) if asyncio.iscoroutinefunction(own) else own(request)
         if command in REFUSED:
