@@ -215,23 +215,6 @@ def _install_stdin(channel: Channel, allow_stdin: bool) -> None:
     getpass.getpass = getpass_
 
 
-def _block_widgets() -> None:
-    """Widgets need comms with a long-lived kernel; say so instead of showing a dead widget."""
-    try:
-        import comm
-    except ImportError:
-        return
-
-    def create_comm(*args: Any, **kwargs: Any) -> Any:
-        __tracebackhide__ = True  # noqa: F841
-        raise RuntimeError(
-            "interactive widgets need a kernel process that lives between cells, and cellbox runs each cell "
-            "in a new process; draw a static plot or print the values instead"
-        )
-
-    comm.create_comm = create_comm
-
-
 # --------------------------------------------------------------------------- history
 
 
@@ -376,7 +359,11 @@ def _new_shell(channel: Any) -> Any:
         # to inline the way %matplotlib inline does.
         shell.enable_matplotlib("inline")
     _install_pager(shell)
-    _block_widgets()
+    # Before any cell imports ipywidgets, which registers its comm targets with the manager when imported.
+    from . import cellcomm
+
+    cellcomm.install()
+    cellcomm.lazy_kernel_shell_module()
     from . import leftwork
 
     leftwork.install()
@@ -430,7 +417,7 @@ def _forget_dead_threads(shell: Any) -> None:
 def _session_shell(channel: Channel, spec: dict[str, Any]) -> Any:
     """The session's shell, now this cell's: its channel, stdin, limits and history."""
     from ..sandbox.importpath import add_working_directory
-    from . import magics
+    from . import cellcomm, magics
 
     global _shell
     if _shell is None:
@@ -447,6 +434,7 @@ def _session_shell(channel: Channel, spec: dict[str, Any]) -> Any:
         add_working_directory()
         shell.cellbox_path_added = True
     magics.register(shell, spec.get("limits", {}))
+    cellcomm.install()  # again: a cell may have imported ipykernel's own comm machinery over it
     _settle_left_work()
     _install_stdin(channel, bool(spec.get("allow_stdin")))
     given = _history_from_kernel(shell, channel, spec)
@@ -479,6 +467,11 @@ def run(spec: dict[str, Any]) -> int:
     _set_user_shell(str(spec.get("shell") or ""))
     _install_streams(channel)
     shell = _session_shell(channel, spec)
+    if isinstance(spec.get("comm"), dict):
+        # A frontend's comm message between cells: handed to the comm manager, as ipykernel's handlers do.
+        from . import cellcomm
+
+        return cellcomm.dispatch(shell, spec["comm"])
     store, silent = bool(spec.get("store_history", True)), bool(spec.get("silent"))
     if store:
         # Before the cell runs: a cell may change the transformers (or send its own message;

@@ -62,6 +62,7 @@ from ..sandbox.session import ForkServer, ForkServerError, installed
 from .beside import BESIDE_RUNNER, Beside, complete_reply, empty_complete_reply, inspect_reply, run_beside
 from .cellerrors import error_for_outcome, exit_reason
 from .cellrunner import history_digest
+from .comms import Comms
 from .magics import ceiling_from_text, ceiling_note, cell_limits
 
 __all__ = ["CellboxKernel", "main"]
@@ -337,6 +338,11 @@ class CellboxKernel(Kernel):
         self._last_outcome: dict[str, Any] | None = None
         self._notes: list[str] = []  # the notes shown beside the running cell (see _note)
         self._session_lost: str | None = None
+        # One run of the session at a time: a cell's, %undo's or a frontend comm message's (see .comms).
+        self._turn = asyncio.Lock()
+        self._comms = Comms(self)
+        for msg_type in ("comm_open", "comm_msg", "comm_close"):
+            self.shell_handlers[msg_type] = self._comms.request
         atexit.register(self.task.remove)
         # No cell, and no other program of this user, may trace this process or read its memory or
         # environment (the connection key is there): prctl(2) PR_SET_DUMPABLE.
@@ -467,10 +473,29 @@ class CellboxKernel(Kernel):
         if store_history:
             self._add_input(body, None)
         await self._session_ready()
+        for note in self._comms.notes:
+            self._note(note)
+        self._comms.notes.clear()
+        async with self._turn:
+            return await self._run_cell(body, limits, silent, store_history, user_expressions or {}, allow_stdin)
+
+    async def _run_cell(
+        self,
+        body: str,
+        limits: Limits,
+        silent: bool,
+        store_history: bool,
+        user_expressions: dict[str, str],
+        allow_stdin: bool,
+        comm: dict[str, Any] | None = None,
+        kind: str = "cell",
+    ) -> dict[str, Any]:
+        """Run ``body`` (or, with ``comm``, hand that frontend comm message to the comm manager) in a fresh child,
+        settle its snapshot, and build the reply; the caller holds the session's turn."""
         cell = _Cell(self, limits, silent, allow_stdin, len(self._inputs) - 1 if store_history else None)
         spec_file: _SpecFile | None = None
         try:
-            spec_file = self._write_spec(body, limits, silent, store_history, user_expressions or {}, allow_stdin)
+            spec_file = self._write_spec(body, limits, silent, store_history, user_expressions, allow_stdin, comm)
             run = start(
                 [sys.executable, "-m", CELL_RUNNER, str(spec_file.path)],
                 limits=limits,
@@ -499,6 +524,7 @@ class CellboxKernel(Kernel):
         await asyncio.sleep(0)  # let the last forwarded messages go out first
         cell.flush()
         self._settle(cell, outcome)
+        self._comms.settled(kind, cell.kept, cell.parent)
         return self._finish(cell, outcome, body)
 
     async def _session_ready(self) -> None:
@@ -518,6 +544,7 @@ class CellboxKernel(Kernel):
             await asyncio.to_thread(server.wait_ready, SESSION_READY_TIMEOUT)
         if server.lost and server.lost != self._session_lost:
             self._session_lost = server.lost
+            self._comms.lost(self.get_parent("shell"))
             self._note(
                 f"cellbox: the session's state was lost ({server.lost}); this cell starts without the names "
                 "of earlier cells",
@@ -557,11 +584,14 @@ class CellboxKernel(Kernel):
             message = "%undo needs the session's snapshots (start_method=forkserver and carry_state=True)"
             return self._publish_error("UsageError", message, [f"UsageError: {message}"])
         await self._session_ready()
-        try:
-            result = await asyncio.to_thread(server.undo, count)
-        except ForkServerError as exc:
-            return self._publish_error("UsageError", f"%undo: {exc}", [f"UsageError: %undo: {exc}"])
-        undone = int(result.get("undone", 0))
+        async with self._turn:
+            # Cells, not widget events: the states widget messages left after a cell go with it (see .comms).
+            snapshots, _cells = self._comms.record.to_undo(count)
+            try:
+                result = await asyncio.to_thread(server.undo, snapshots) if snapshots else {"undone": 0}
+            except ForkServerError as exc:
+                return self._publish_error("UsageError", f"%undo: {exc}", [f"UsageError: %undo: {exc}"])
+            undone = self._comms.undone(int(result.get("undone", 0)), self.get_parent("shell"))
         cells = "1 cell" if undone == 1 else f"{undone} cells"
         if undone == 0:
             text = "Nothing to undo: no earlier state is kept.\n"
@@ -603,6 +633,7 @@ class CellboxKernel(Kernel):
         store_history: bool,
         user_expressions: dict[str, str],
         allow_stdin: bool,
+        comm: dict[str, Any] | None = None,
     ) -> _SpecFile:
         before = self._history_before(store_history)
         spec = {
@@ -624,6 +655,8 @@ class CellboxKernel(Kernel):
             "parent": {"header": _header(self.get_parent("shell"))},
             "connection_file": os.path.basename(str(getattr(self.parent, "connection_file", "") or "")),
         }
+        if comm is not None:
+            spec["comm"] = comm  # a frontend comm message, as data (cellbox.kernel.cellcomm.dispatch)
         # A cell may have removed parts of the task directory: make them again.
         for directory in (self.task.home, self.task.work):
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -826,10 +859,19 @@ class CellboxKernel(Kernel):
         if run is not None:
             run.kill()
         self._input_gate.close()
+        self._comms.lost(self.get_parent("shell"))  # the widgets go with the session
         if self._forkserver is not None:
             self._forkserver.close()
         self.task.remove()
         return {"status": "ok", "restart": restart}
+
+    async def comm_info_request(self, stream: Any, ident: Any, parent: Any) -> None:  # type: ignore[override]
+        """The comms open in the session's state, from the kernel's own record (nothing runs; see .comms)."""
+        content = parent.get("content") if isinstance(parent.get("content"), dict) else {}
+        target = content.get("target_name")
+        if self.session:
+            reply = self._comms.info(target if isinstance(target, str) else None)
+            self.session.send(stream, "comm_info_reply", reply, parent, ident)
 
     def do_is_complete(self, code: str) -> dict[str, Any]:  # type: ignore[override]
         """``complete``, ``incomplete`` (with an indent) or ``invalid``, by IPython's rules (magics included)."""
@@ -1050,6 +1092,8 @@ class _Cell:
         elif kind == "note" and isinstance(message.get("text"), str):
             # The runner's own word (threads the cell left): a note, never the cell's stderr.
             self.kernel._note(message["text"][:NOTE_LENGTH])
+        elif kind == "comm":
+            self.kernel._comms.from_cell(self, message)
         elif kind == "user_expressions" and isinstance(message.get("value"), dict):
             self.user_expressions = message["value"]
         elif kind == "transformed" and isinstance(message.get("source"), str) and self.history_index is not None:
