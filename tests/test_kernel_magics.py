@@ -113,15 +113,6 @@ def test_magics_that_need_a_long_lived_process_say_why(kc: BlockingKernelClient)
         assert result.stream("stderr") == f"UsageError: {NEEDS_LONG_LIVED_PROCESS[name]}\n"
 
 
-def test_widgets_fail_with_one_sentence(kc: BlockingKernelClient) -> None:
-    result = execute(kc, "import comm\ncomm.create_comm(target_name='jupyter.widget')")
-    assert (result.content["ename"], result.content["evalue"]) == (
-        "RuntimeError",
-        "interactive widgets need a kernel process that lives between cells, and cellbox runs each cell in a new "
-        "process; draw a static plot or print the values instead",
-    )
-
-
 def test_load_ext_is_repeated_in_later_cells(kc: BlockingKernelClient) -> None:
     assert execute(kc, "%load_ext autoreload").status == "ok"
     assert execute(kc, "%autoreload 2").status == "ok"

@@ -296,9 +296,20 @@ def _prepare_process(spec: dict[str, Any]) -> None:
     """Environment tweaks before IPython or matplotlib are imported."""
     # As ipykernel does: figures go to the inline backend, shown at plt.show()
     # and at the end of the cell.
-    os.environ["MPLBACKEND"] = INLINE_BACKEND if _inline_backend_installed() else "Agg"
+    os.environ["MPLBACKEND"] = chosen_backend or (INLINE_BACKEND if _inline_backend_installed() else "Agg")
     os.environ.setdefault("PAGER", "cat")
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="jupyter_client")
+
+
+# The backend a cell chose with %matplotlib widget (ipympl's), kept by the snapshots: each forked run sets its
+# backend again from MPLBACKEND (cellbox.sandbox.snapshots.prepare_entry), which must then name this one.
+chosen_backend: str | None = None
+
+
+def choose_backend(backend: str | None) -> None:
+    """The backend later runs keep (``None``: the inline backend); called by ``%matplotlib``."""
+    global chosen_backend
+    chosen_backend = backend
 
 
 # Whether matplotlib_inline is installed: looked up once per session (in its keeper), not in every cell.

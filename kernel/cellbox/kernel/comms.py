@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextvars
 import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
@@ -304,6 +305,7 @@ class Comms:
         self.queue = CommQueue()
         self.notes: list[str] = []  # said at the next cell: what a widget's run could not keep
         self.last_kept = False  # whether the last run's state was kept
+        self._drainer: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ cell to frontend
 
@@ -366,7 +368,9 @@ class Comms:
     async def request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
         """A frontend's ``comm_open``, ``comm_msg`` or ``comm_close`` (a shell handler): queue it, run the queue.
 
-        Returns when its run (or the run of the update that superseded it) ended.
+        Dispatched on its own (the kernel was idle), it returns when its run (or the run of the update that
+        superseded it) ended, so its idle status comes after the run's outputs, as under ipykernel; dispatched
+        beside a running cell, it returns at once and runs after that cell.
         """
         item = from_frontend(parent, ident)
         if isinstance(item, str):
@@ -385,8 +389,18 @@ class Comms:
             log.warning("cellbox: a comm message from the frontend was dropped: %d are waiting", MAX_QUEUED)
             return
         self.queue.add(item)
+        if self.kernel._dispatched != item.parent.get("header", {}).get("msg_id"):
+            # Dispatched beside a running request (ipykernel does so for comms, in a copy of its context,
+            # and puts that request's parent back when this returns): it must return now, and the run waits.
+            self._drain_later()
+            return
         await self._drain()
         await item.done.wait()
+
+    def _drain_later(self) -> None:
+        """Run the queue in a task of its own (its own context: the parents it sets are its own)."""
+        if self._drainer is None or self._drainer.done():
+            self._drainer = asyncio.get_running_loop().create_task(self._drain(), context=contextvars.Context())
 
     async def _drain(self) -> None:
         """Run the queued messages one at a time, each in its turn of the session (cells take turns too)."""
@@ -406,7 +420,7 @@ class Comms:
         if item.msg_type == "comm_msg" and item.comm_id not in self.record.current():
             self.close_on_frontend({item.comm_id: ""}, item.parent)  # its cell was not kept
             return
-        if kernel._beside() is None:
+        if kernel._forkserver is None or not kernel.carry_state:
             # No state to run it in (carry_state off, or no session): the widget cannot answer.
             if item.msg_type != "comm_close":
                 self.close_on_frontend({item.comm_id: ""}, item.parent)

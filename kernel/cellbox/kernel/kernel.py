@@ -340,6 +340,7 @@ class CellboxKernel(Kernel):
         self._session_lost: str | None = None
         # One run of the session at a time: a cell's, %undo's or a frontend comm message's (see .comms).
         self._turn = asyncio.Lock()
+        self._dispatched: str | None = None
         self._comms = Comms(self)
         for msg_type in ("comm_open", "comm_msg", "comm_close"):
             self.shell_handlers[msg_type] = self._comms.request
@@ -781,6 +782,8 @@ class CellboxKernel(Kernel):
     # ------------------------------------------------------------------ interrupt, stdin
 
     def pre_handler_hook(self) -> None:
+        # Which request ipykernel dispatches on its own (not beside another): comms look (see .comms).
+        self._dispatched = (self.get_parent("shell").get("header") or {}).get("msg_id")
         # SIGINT (signal interrupt mode, or the killpg of message mode) interrupts
         # the running cell, never this process.
         self.saved_sigint_handler = signal.signal(signal.SIGINT, self._on_sigint)
@@ -886,7 +889,7 @@ class CellboxKernel(Kernel):
         cell comes first): the frontend then gets the empty reply at once.
         """
         server = self._forkserver
-        if server is None or not self.carry_state or self._running is not None:
+        if server is None or not self.carry_state or self._running is not None or self._turn.locked():
             return None
         return Beside(server, self.task, self.notebook_dir, self.cell_isolation(), self.session_limits)
 
@@ -895,7 +898,9 @@ class CellboxKernel(Kernel):
         place = self._beside()
         if place is None:
             return empty_complete_reply(cursor_pos)
-        content = await asyncio.to_thread(run_beside, place, {"op": "complete", "code": code, "cursor_pos": cursor_pos})
+        async with self._turn:  # no comm run starts beside it
+            request = {"op": "complete", "code": code, "cursor_pos": cursor_pos}
+            content = await asyncio.to_thread(run_beside, place, request)
         return complete_reply(content, code, cursor_pos)
 
     async def do_inspect(  # type: ignore[override]
@@ -907,7 +912,8 @@ class CellboxKernel(Kernel):
             return inspect_reply(None)
         request = {"op": "inspect", "code": code, "cursor_pos": cursor_pos, "detail_level": int(detail_level)}
         request["omit_sections"] = [str(section) for section in omit_sections or ()]
-        return inspect_reply(await asyncio.to_thread(run_beside, place, request))
+        async with self._turn:  # no comm run starts beside it
+            return inspect_reply(await asyncio.to_thread(run_beside, place, request))
 
     def do_history(  # type: ignore[override]
         self,
