@@ -133,8 +133,11 @@ SLIDER = (
 def test_a_slider_opens_the_same_comm_as_under_ipykernel(kernels: dict[str, BlockingKernelClient]) -> None:
     def shape(kc: BlockingKernelClient) -> tuple[Any, ...]:
         result = ok(kc, "import ipywidgets\nipywidgets.IntSlider(value=3)")
-        [opened] = [m for m in result.messages if m["msg_type"] == "comm_open" and m["content"]["data"]["state"].get(
-            "_model_name") == "IntSliderModel"]
+        [opened] = [
+            m
+            for m in result.messages
+            if m["msg_type"] == "comm_open" and m["content"]["data"]["state"].get("_model_name") == "IntSliderModel"
+        ]
         content = opened["content"]
         [shown] = result.of("execute_result")
         view = shown["data"]["application/vnd.jupyter.widget-view+json"]
@@ -161,11 +164,17 @@ def test_interact_shows_its_functions_output_in_its_output_widget(kernels: dict[
         captures = [
             m["content"]["data"]["state"]["msg_id"]
             for m in result.messages
-            if m["msg_type"] == "comm_msg" and m["content"]["comm_id"] == output
+            if m["msg_type"] == "comm_msg"
+            and m["content"]["comm_id"] == output
             and "msg_id" in m["content"]["data"].get("state", {})
         ]
-        seen.append((result.stream(), captures[0] == result.reply["parent_header"]["msg_id"], len(model_ids(
-            result, "IntSliderModel"))))
+        seen.append(
+            (
+                result.stream(),
+                captures[0] == result.reply["parent_header"]["msg_id"],
+                len(model_ids(result, "IntSliderModel")),
+            )
+        )
     assert seen[0] == seen[1] == ("x is 5\n", True, 1)
 
 
@@ -196,7 +205,8 @@ MALFORMED = [
 def test_a_malformed_comm_message_from_a_cell_is_dropped_with_a_note_and_the_kernel_lives(
     kc: BlockingKernelClient,
 ) -> None:
-    code = f"for message in {MALFORMED!r}:\n    get_ipython().channel.send({{'type': 'comm', **message}})\nprint('sent')"
+    send = "get_ipython().channel.send({'type': 'comm', **message})"
+    code = f"for message in {MALFORMED!r}:\n    {send}\nprint('sent')"
     result = ok(kc, code)
     assert result.stream() == "sent\n"
     assert not [m for m in result.messages if m["msg_type"].startswith("comm_")]
@@ -371,11 +381,16 @@ def test_matplotlib_widget_draws_with_ipympl_as_under_ipykernel(kernels: dict[st
         pytest.skip("ipympl is not installed (pip install ipympl)")
     seen = []
     for kc in kernels.values():
-        result = ok(kc, "%matplotlib widget\nimport matplotlib.pyplot as plt\nfigure = plt.figure()\nplt.plot([1, 3, 2])")
+        result = ok(kc, "%matplotlib widget\nimport matplotlib.pyplot as plt\nplt.figure()\nplt.plot([1, 3, 2])")
         backend = ok(kc, "print(plt.get_backend())").stream()
         back = ok(kc, "%matplotlib inline\nplt.figure()\nplt.plot([1, 2])\nplt.show()")
-        seen.append((len(model_ids(result, "MPLCanvasModel")), backend, ["image/png" in c["data"] for c in back.of(
-            "display_data")]))
+        seen.append(
+            (
+                len(model_ids(result, "MPLCanvasModel")),
+                backend,
+                ["image/png" in c["data"] for c in back.of("display_data")],
+            )
+        )
     assert seen[0] == seen[1]
     assert seen[0][0] == 1 and seen[0][2] and all(seen[0][2])  # inline again: its figures are images
 

@@ -107,7 +107,8 @@ def dispatch(shell: Any, message: dict[str, Any]) -> int:
     msg_type = str(message.get("msg_type"))
     if msg_type not in HANDLERS:
         return 1
-    header = message.get("header") if isinstance(message.get("header"), dict) else {}
+    given = message.get("header")
+    header: dict[str, Any] = given if isinstance(given, dict) else {}
     msg = {
         "header": header,
         "msg_id": header.get("msg_id", ""),

@@ -29,7 +29,10 @@ Messages on fd 3 (one JSON object per line, ``"type"`` first):
 ``transformed`` (the cell as IPython transformed it, which the kernel passes
 back when a shell must be given the history, so it need not transform all of
 it again), ``history_request`` (the shell's history is not the kernel's: the
-reply names a file with the kernel's inputs and their transformed forms).
+reply names a file with the kernel's inputs and their transformed forms),
+``comm`` (a widget's ``comm_open``, ``comm_msg`` or ``comm_close``; see
+:mod:`cellbox.kernel.cellcomm`).  A spec with ``"comm"`` is a frontend's comm
+message: it is handed to the comm manager instead of running code.
 
 The spec names the history the cell's shell must have by its length and
 digest (:func:`history_digest`), not by its inputs: a long notebook's spec

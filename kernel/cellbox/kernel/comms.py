@@ -339,8 +339,9 @@ class Comms:
         if session is None:
             return
         topic = f"comm-{content['comm_id']}".encode()
+        frames: list[Any] = list(buffers)
         session.send(
-            self.kernel.iopub_socket, msg_type, content, parent, metadata=metadata, ident=topic, buffers=buffers
+            self.kernel.iopub_socket, msg_type, content, parent, metadata=metadata, ident=topic, buffers=frames
         )
 
     def close_on_frontend(self, comms: dict[str, str], parent: Any) -> None:
