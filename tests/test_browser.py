@@ -313,6 +313,32 @@ def lesson_cells(path: Path) -> dict[str, int]:
     }
 
 
+def test_a_slider_moved_in_the_page_runs_its_callback_and_shows_the_output(notebook: Callable[..., Any]) -> None:
+    from playwright.sync_api import expect
+
+    nb = notebook(
+        [
+            "from ipywidgets import interact\n"
+            "def square(x):\n"
+            "    print(f'{x} squared is {x * x}')\n"
+            "_ = interact(square, x=(0, 10))",
+            "print('last value:', _.widget.kwargs['x'])",
+        ]
+    )
+    output = nb.run(0, timeout=90_000)
+    expect(output).to_contain_text("5 squared is 25")
+    handle = output.locator(".widget-slider .noUi-handle")
+    expect(handle).to_be_visible()
+    handle.focus()
+    handle.press("ArrowRight")
+    # The move is a comm message, run forked from the session's state; the Output widget shows what it printed.
+    expect(output).to_contain_text("6 squared is 36")
+    nb.screenshot("15-slider-moved", 0)
+    assert "5 squared is 25" not in text_of(output)
+    # The callback's state is the next cell's.
+    expect(nb.run(1)).to_contain_text("last value: 6")
+
+
 def _shot(name: str) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     return SCREENSHOTS / f"{name}.png"

@@ -62,6 +62,8 @@ MAX_BUFFERS = 64
 MAX_BUFFER_BYTES = 16 * 1024**2
 # Comms the kernel records as open at once; a cell that opens more has the rest closed.
 MAX_COMMS = 10_000
+# Seconds a frontend comm message waits for the session to be ready (a first cell's wait).
+SESSION_READY_TIMEOUT = 120.0
 # Frontend comm messages waiting for their run at once; more are dropped (a flood, not a user).
 MAX_QUEUED = 1_000
 
@@ -426,6 +428,10 @@ class Comms:
             if item.msg_type != "comm_close":
                 self.close_on_frontend({item.comm_id: ""}, item.parent)
             return
+        server = kernel._forkserver
+        if server.pid is None and server.broken is None:
+            # A frontend opens its comms as it connects, perhaps before the session is ready: as a first cell waits.
+            await asyncio.to_thread(server.wait_ready, SESSION_READY_TIMEOUT)
         if item.msg_type == "comm_open":
             self.record.running[item.comm_id] = str(item.content["target_name"])
         ident, parent = kernel._get_shell_context_var(kernel._shell_parent_ident), kernel.get_parent("shell")
