@@ -325,9 +325,12 @@ def test_a_slider_moved_in_the_page_runs_its_callback_and_shows_the_output(noteb
             "print('last value:', _.widget.kwargs['x'])",
         ]
     )
-    output = nb.run(0, timeout=90_000)
+    nb.start(0)
+    nb.wait_until_done(0, timeout=90_000)
+    # interact's own Output widget, inside the cell's output area.
+    output = nb.cell(0).locator(".jupyter-widgets .jp-OutputArea")
     expect(output).to_contain_text("5 squared is 25")
-    handle = output.locator(".widget-slider .noUi-handle")
+    handle = nb.cell(0).locator(".widget-slider .noUi-handle")
     expect(handle).to_be_visible()
     handle.focus()
     handle.press("ArrowRight")
@@ -336,7 +339,7 @@ def test_a_slider_moved_in_the_page_runs_its_callback_and_shows_the_output(noteb
     nb.screenshot("15-slider-moved", 0)
     assert "5 squared is 25" not in text_of(output)
     # The callback's state is the next cell's.
-    expect(nb.run(1)).to_contain_text("last value: 6")
+    expect(nb.run(1)).to_contain_text("last value: 6")  # its one output area: no widget in it
 
 
 def _shot(name: str) -> Path:
