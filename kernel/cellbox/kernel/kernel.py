@@ -18,6 +18,9 @@ one sandbox with a keeper and the snapshots cells are forked from.  For each
    with a name and a sentence (``CellTimeoutError: ...``), and the reply's
    metadata carries the Outcome under ``"cellbox"``.
 
+A frontend's comm messages between cells (widgets) take the same path, one
+run each, with the message in the spec as data (:mod:`cellbox.kernel.comms`).
+
 The kernel process never unpickles or evals anything a cell produced (design
 rule 6), and no state crosses to it: the state lives in the session's
 snapshots.  Blocking waits run in worker threads, so interrupts, stdin and
