@@ -19,12 +19,10 @@ from typing import Any
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 
-from cellbox.kernel.comms import MAX_NAME
+from cellbox.kernel.comms import MAX_NAME, CommQueue, CommRecord, Pending
 from kernelkit import TIMEOUT, Result, execute, plain, running_kernel
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("ipywidgets") is None, reason="ipywidgets is not installed (pip install ipywidgets)"
-)
+NO_WIDGETS = importlib.util.find_spec("ipywidgets") is None
 
 CPU_TIME = 4
 
@@ -37,6 +35,8 @@ def notebook_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def kernels(notebook_dirs: dict[str, Path]) -> Iterator[dict[str, BlockingKernelClient]]:
     """{"cellbox": client, "python3": client}: each kernel in a notebook folder of its own."""
+    if NO_WIDGETS:
+        pytest.skip("ipywidgets is not installed (pip install ipywidgets)")
     with ExitStack() as stack:
         clients = {}
         for name, extra in (("cellbox", [f"--CellboxKernel.cpu_time={CPU_TIME}"]), ("python3", [])):
@@ -125,6 +125,53 @@ SLIDER = (
     "slider.observe(moved, 'value')\n"
     "slider"
 )
+
+
+# --------------------------------------------------------------------------- the queue and the record
+
+
+def pending(comm_id: str, data: dict[str, Any], buffers: list[bytes] | None = None) -> Pending:
+    return Pending("comm_msg", {"comm_id": comm_id, "data": data}, {}, buffers or [], {}, None)
+
+
+def test_a_queued_update_loses_the_keys_a_later_update_of_its_widget_sets() -> None:
+    queue = CommQueue()
+    first = pending("a", {"method": "update", "state": {"value": 1, "description": "x"}})
+    click = pending("a", {"method": "custom", "content": {"event": "click"}})
+    other = pending("b", {"method": "update", "state": {"value": 7}})
+    binary = pending("a", {"method": "update", "state": {"value": 0}, "buffer_paths": [["data"]]}, [b"\0"])
+    second = pending("a", {"method": "update", "state": {"value": 2}})
+    third = pending("a", {"method": "update", "state": {"value": 3, "description": "y"}})
+    for item in (first, click, other, binary, second, third):
+        queue.add(item)
+    # The binary update keeps its state whole (its buffers go by position); every other message keeps its place.
+    assert queue.items == [click, other, binary, third]
+    assert first.done.is_set() and second.done.is_set() and not third.done.is_set()
+    assert third.content["data"]["state"] == {"value": 3, "description": "y"}
+
+
+def test_undo_counts_cells_and_takes_the_widget_events_after_them() -> None:
+    record = CommRecord(undo_depth=4)
+    for kind, comm_id in (("cell", "c1"), ("cell", "c2"), ("comm", None), ("comm", None)):
+        if comm_id:
+            record.running[comm_id] = "jupyter.widget"
+        record.settled(kind, kept=True)
+    assert record.to_undo(1) == (3, 1)
+    assert record.to_undo(2) == (4, 2)
+    assert record.to_undo(5) == (4, 2)
+    assert record.undone(3) == {"c2": "jupyter.widget"}
+    assert record.current() == {"c1": "jupyter.widget"}
+    # Widget events past the undo depth let the cell's state go: there is no whole cell left to undo.
+    for _ in range(5):
+        record.settled("comm", kept=True)
+    assert record.evicted and record.to_undo(1) == (0, 0)
+
+
+def test_a_run_that_is_not_kept_gives_back_the_comms_it_opened() -> None:
+    record = CommRecord(undo_depth=3)
+    record.running["w"] = "jupyter.widget"
+    assert record.settled("cell", kept=False) == {"w": "jupyter.widget"}
+    assert record.open_now() == {}
 
 
 # --------------------------------------------------------------------------- cell to frontend
