@@ -35,7 +35,11 @@ from benchkit import cpu_model, interleaved
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-KERNELS = {"cellbox": ("cellbox", ["--CellboxKernel.memory=4G"]), "ipykernel": ("python3", [])}
+# Room for the 1 GiB array: its address space, and time to fill it on a loaded machine (cells run at nice 19).
+KERNELS = {
+    "cellbox": ("cellbox", ["--CellboxKernel.memory=4G", "--CellboxKernel.wall_time=120"]),
+    "ipykernel": ("python3", []),
+}
 SLIDER = (
     "import ipywidgets\nvalues = []\nslider = ipywidgets.IntSlider(max=10**6)\n"
     "slider.observe(lambda change: values.append(change['new']), 'value')\nprint(slider.model_id)"
