@@ -403,6 +403,16 @@ def test_undo_counts_cells_and_closes_the_widgets_it_takes_away(kc: BlockingKern
     assert [(m["msg_type"], m["content"]["comm_id"]) for m in sent] == [("comm_close", gauge)]
 
 
+def test_undo_after_more_widget_events_than_its_depth_says_why_it_cannot(tmp_path: Path) -> None:
+    with running_kernel("cellbox", cwd=str(tmp_path), extra=["--CellboxKernel.undo_depth=1"]) as (_km, kc):
+        [knob] = model_ids(ok(kc, "import ipywidgets\nknob = ipywidgets.IntSlider()\nknob"), "IntSliderModel")
+        for value in (1, 2, 3):
+            send_comm(kc, "comm_msg", update(knob, value=value))
+        result = execute(kc, "%undo")
+        assert result.stream().startswith("Nothing to undo: the states kept are all widget events since the last cell")
+        assert ok(kc, "print(knob.value)").stream() == "3\n"
+
+
 # --------------------------------------------------------------------------- tqdm and ipympl
 
 

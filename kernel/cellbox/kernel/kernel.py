@@ -599,6 +599,12 @@ class CellboxKernel(Kernel):
         cells = "1 cell" if undone == 1 else f"{undone} cells"
         if undone == 0:
             text = "Nothing to undo: no earlier state is kept.\n"
+            if self._comms.record.states:
+                # What is kept are widget events since the last cell: undoing some of them would undo no cell.
+                text = (
+                    "Nothing to undo: the states kept are all widget events since the last cell "
+                    "(CellboxKernel.undo_depth sets how many are kept).\n"
+                )
         else:
             text = (
                 f"Undid {cells}: the names are as they were before {'it' if undone == 1 else 'them'}. "
