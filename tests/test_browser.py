@@ -19,6 +19,7 @@ import importlib
 import json
 import re
 import shutil
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -311,6 +312,62 @@ def lesson_cells(path: Path) -> dict[str, int]:
         "exercise": exercise,
         "check": first(tagged("check"), after=exercise),
     }
+
+
+def test_a_slider_moved_in_the_page_runs_its_callback_and_shows_the_output(notebook: Callable[..., Any]) -> None:
+    from playwright.sync_api import expect
+
+    nb = notebook(
+        [
+            "from ipywidgets import interact\n"
+            "def square(x):\n"
+            "    print(f'{x} squared is {x * x}')\n"
+            "_ = interact(square, x=(0, 10))",
+            "print('last value:', _.widget.kwargs['x'])",
+        ]
+    )
+    nb.start(0)
+    nb.wait_until_done(0, timeout=90_000)
+    # interact's own Output widget, inside the cell's output area.
+    output = nb.cell(0).locator(".jupyter-widgets .jp-OutputArea")
+    expect(output).to_contain_text("5 squared is 25")
+    handle = nb.cell(0).locator(".widget-slider .noUi-handle")
+    expect(handle).to_be_visible()
+    handle.focus()
+    handle.press("ArrowRight")
+    # The move is a comm message, run forked from the session's state; the Output widget shows what it printed.
+    expect(output).to_contain_text("6 squared is 36")
+    nb.screenshot("15-slider-moved", 0)
+    assert "5 squared is 25" not in text_of(output)
+    # The callback's state is the next cell's.
+    expect(nb.run(1)).to_contain_text("last value: 6")  # its one output area: no widget in it
+
+
+def test_a_tqdm_bar_and_an_ipympl_figure_are_drawn_as_widgets(notebook: Callable[..., Any]) -> None:
+    from playwright.sync_api import expect
+
+    nb = notebook(
+        [
+            "from tqdm.auto import tqdm\nfor _ in tqdm(range(5), desc='steps'):\n    pass",
+            "%matplotlib widget\nimport matplotlib.pyplot as plt\nplt.figure()\nplt.plot([1, 4, 2])\nplt.show()",
+        ]
+    )
+    nb.start(0)
+    nb.wait_until_done(0, timeout=90_000)
+    bar = nb.cell(0).locator(".widget-hprogress")
+    expect(bar).to_be_visible()
+    expect(nb.cell(0).locator(".widget-html").first).to_contain_text("steps")
+    nb.start(1)
+    nb.wait_until_done(1, timeout=90_000)
+    # ipympl's figure: a canvas the frontend draws from the image the kernel sends (a binary buffer).
+    canvas = nb.cell(1).locator(".jupyter-matplotlib-canvas-div canvas").first
+    expect(canvas).to_be_visible()
+    painted = "c => c.getContext('2d').getImageData(0, 0, c.width, c.height).data.some((v, i) => i % 4 == 3 && v > 0)"
+    deadline = time.monotonic() + 60
+    while not canvas.evaluate(painted) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    nb.screenshot("16-tqdm-and-ipympl", 1)
+    assert canvas.evaluate(painted), "ipympl's canvas stayed blank: the figure's image did not arrive"
 
 
 def _shot(name: str) -> Path:

@@ -113,15 +113,6 @@ def test_magics_that_need_a_long_lived_process_say_why(kc: BlockingKernelClient)
         assert result.stream("stderr") == f"UsageError: {NEEDS_LONG_LIVED_PROCESS[name]}\n"
 
 
-def test_widgets_fail_with_one_sentence(kc: BlockingKernelClient) -> None:
-    result = execute(kc, "import comm\ncomm.create_comm(target_name='jupyter.widget')")
-    assert (result.content["ename"], result.content["evalue"]) == (
-        "RuntimeError",
-        "interactive widgets need a kernel process that lives between cells, and cellbox runs each cell in a new "
-        "process; draw a static plot or print the values instead",
-    )
-
-
 def test_load_ext_is_repeated_in_later_cells(kc: BlockingKernelClient) -> None:
     assert execute(kc, "%load_ext autoreload").status == "ok"
     assert execute(kc, "%autoreload 2").status == "ok"
@@ -240,7 +231,8 @@ def test_ipykernel_magics_are_declared_by_name_and_imported_on_first_use() -> No
         "from cellbox.kernel import cellrunner\n"
         "cellrunner.warm_start()\n"
         "shell = cellrunner._shell\n"
-        "print('ipykernel.zmqshell' in sys.modules, 'zmq' in sys.modules)\n"
+        # ipykernel.zmqshell is in sys.modules as a lazy module (tqdm.auto looks for it), not yet loaded.
+        "print('jupyter_client' in sys.modules, 'zmq' in sys.modules)\n"
         "shell.run_cell('%autosave 0')\n"
         "print('ipykernel.zmqshell' in sys.modules, type(shell.find_line_magic('autosave').__self__).__name__)\n"
     )

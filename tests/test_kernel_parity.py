@@ -153,16 +153,7 @@ def test_pandas_prints_a_wide_frame_as_under_ipykernel(kernels: tuple[Kernel, Ke
     assert same_output(kernels, code) == ["20 29\n"]
 
 
-def test_tqdm_auto_picks_its_text_bar_until_widgets_work(kernels: tuple[Kernel, Kernel]) -> None:
-    # A documented difference (docs/reference/ipykernel-differences.md): tqdm.auto's notebook bar is a widget,
-    # and tqdm takes ipykernel's shell module being imported as the sign of a notebook.
-    if importlib.util.find_spec("tqdm") is None:
-        pytest.skip("tqdm is not installed (pip install tqdm): its choice of bar cannot be checked")
-    ours, _theirs = kernels
-    code = "import tqdm.auto\nprint(tqdm.auto.tqdm.__mro__[1].__module__)\nfor _ in tqdm.auto.tqdm(range(3)):\n    pass"
-    result = ours.run(code)
-    assert (result.status, result.stream()) == ("ok", "tqdm.std\n")
-    assert "3/3" in result.stream("stderr")
+# tqdm.auto's notebook bar (a widget): tests/test_kernel_widgets.py.
 
 
 # --------------------------------------------------------------------------- !cmd and %%script

@@ -12,7 +12,8 @@ forwards it.  Anything else (no session yet, a cell running, a run stopped at
 a limit, a reply of the wrong shape) gives the empty reply.
 
 :func:`run_beside` is the one path, for any request that a run from the
-state answers (comm messages and the debugger's variables may take it too).
+state answers and discards (the debugger's variables may take it too); comm
+messages keep their run's state, so they take the cell path (:mod:`.comms`).
 """
 
 from __future__ import annotations

@@ -29,7 +29,10 @@ Messages on fd 3 (one JSON object per line, ``"type"`` first):
 ``transformed`` (the cell as IPython transformed it, which the kernel passes
 back when a shell must be given the history, so it need not transform all of
 it again), ``history_request`` (the shell's history is not the kernel's: the
-reply names a file with the kernel's inputs and their transformed forms).
+reply names a file with the kernel's inputs and their transformed forms),
+``comm`` (a widget's ``comm_open``, ``comm_msg`` or ``comm_close``; see
+:mod:`cellbox.kernel.cellcomm`).  A spec with ``"comm"`` is a frontend's comm
+message: it is handed to the comm manager instead of running code.
 
 The spec names the history the cell's shell must have by its length and
 digest (:func:`history_digest`), not by its inputs: a long notebook's spec
@@ -224,23 +227,6 @@ def _install_stdin(channel: Channel, allow_stdin: bool) -> None:
     getpass.getpass = getpass_
 
 
-def _block_widgets() -> None:
-    """Widgets need comms with a long-lived kernel; say so instead of showing a dead widget."""
-    try:
-        import comm
-    except ImportError:
-        return
-
-    def create_comm(*args: Any, **kwargs: Any) -> Any:
-        __tracebackhide__ = True  # noqa: F841
-        raise RuntimeError(
-            "interactive widgets need a kernel process that lives between cells, and cellbox runs each cell "
-            "in a new process; draw a static plot or print the values instead"
-        )
-
-    comm.create_comm = create_comm
-
-
 # --------------------------------------------------------------------------- history
 
 
@@ -322,9 +308,20 @@ def _prepare_process(spec: dict[str, Any]) -> None:
     """Environment tweaks before IPython or matplotlib are imported."""
     # As ipykernel does: figures go to the inline backend, shown at plt.show()
     # and at the end of the cell.
-    os.environ["MPLBACKEND"] = INLINE_BACKEND if _inline_backend_installed() else "Agg"
+    os.environ["MPLBACKEND"] = chosen_backend or (INLINE_BACKEND if _inline_backend_installed() else "Agg")
     os.environ.setdefault("PAGER", "cat")
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="jupyter_client")
+
+
+# The backend a cell chose with %matplotlib widget (ipympl's), kept by the snapshots: each forked run sets its
+# backend again from MPLBACKEND (cellbox.sandbox.snapshots.prepare_entry), which must then name this one.
+chosen_backend: str | None = None
+
+
+def choose_backend(backend: str | None) -> None:
+    """The backend later runs keep (``None``: the inline backend); called by ``%matplotlib``."""
+    global chosen_backend
+    chosen_backend = backend
 
 
 # Whether matplotlib_inline is installed: looked up once per session (in its keeper), not in every cell.
@@ -385,7 +382,11 @@ def _new_shell(channel: Any) -> Any:
         # to inline the way %matplotlib inline does.
         shell.enable_matplotlib("inline")
     _install_pager(shell)
-    _block_widgets()
+    # Before any cell imports ipywidgets, which registers its comm targets with the manager when imported.
+    from . import cellcomm
+
+    cellcomm.install()
+    cellcomm.lazy_kernel_shell_module()
     from . import leftwork
 
     leftwork.install()
@@ -439,7 +440,7 @@ def _forget_dead_threads(shell: Any) -> None:
 def _session_shell(channel: Channel, spec: dict[str, Any]) -> Any:
     """The session's shell, now this cell's: its channel, stdin, limits and history."""
     from ..sandbox.importpath import add_working_directory
-    from . import magics
+    from . import cellcomm, magics
 
     global _shell
     if _shell is None:
@@ -456,6 +457,7 @@ def _session_shell(channel: Channel, spec: dict[str, Any]) -> Any:
         add_working_directory()
         shell.cellbox_path_added = True
     magics.register(shell, spec.get("limits", {}))
+    cellcomm.install()  # again: a cell may have imported ipykernel's own comm machinery over it
     _settle_left_work()
     _install_stdin(channel, bool(spec.get("allow_stdin")))
     given = _history_from_kernel(shell, channel, spec)
@@ -488,6 +490,11 @@ def run(spec: dict[str, Any]) -> int:
     _set_user_shell(str(spec.get("shell") or ""))
     _install_streams(channel)
     shell = _session_shell(channel, spec)
+    if isinstance(spec.get("comm"), dict):
+        # A frontend's comm message between cells: handed to the comm manager, as ipykernel's handlers do.
+        from . import cellcomm
+
+        return cellcomm.dispatch(shell, spec["comm"])
     store, silent = bool(spec.get("store_history", True)), bool(spec.get("silent"))
     if store:
         # Before the cell runs: a cell may change the transformers (or send its own message;

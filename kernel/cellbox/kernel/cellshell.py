@@ -14,6 +14,7 @@ changes is where things go:
 from __future__ import annotations
 
 import base64
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -222,13 +223,21 @@ class CellShell(InteractiveShell):
         """``%matplotlib NAME``: as IPython's, but an interactive backend is refused before anything changes."""
         from IPython.core import pylabtools
 
+        from . import cellrunner
+
         try:
-            loop, _backend = pylabtools.find_gui_and_backend(gui, self.pylab_gui_select)
+            loop, backend = pylabtools.find_gui_and_backend(gui, self.pylab_gui_select)
         except (RuntimeError, ValueError):
-            loop = None  # an unknown name: IPython's own error, below
+            loop, backend = None, None  # an unknown name: IPython's own error, below
         if loop is not None:
             raise UsageError(interactive_plots_refusal(str(gui)))
-        return super().enable_matplotlib(gui)
+        widget = gui in WIDGET_BACKENDS or backend == IPYMPL_BACKEND
+        if widget and not _installed("ipympl"):
+            raise UsageError(WIDGET_BACKEND_MISSING.format(name=gui))
+        result = super().enable_matplotlib(gui)
+        # Later runs forked from this state set their backend again (see cellrunner.chosen_backend).
+        cellrunner.choose_backend((backend or IPYMPL_BACKEND) if widget else None)
+        return result
 
     def init_magics(self) -> None:
         """IPython's magics, ipykernel's (``%autosave``, ``%less``...), and a ``%%script`` that names the PATH.
@@ -285,6 +294,23 @@ KERNEL_ENVIRONMENT = {
 # ipykernel keeps them in ~/.ipython/profile_default/db; a cell cannot see the user's home, and its own
 # HOME goes with the session, so the notebook folder is the one place they outlive a restart.
 STORE_DIR = os.path.join(".ipython", "profile_default", "db")
+
+
+# %matplotlib widget (and ipympl): figures as widgets, over comms, when ipympl is installed.
+WIDGET_BACKENDS = ("widget", "ipympl")
+IPYMPL_BACKEND = "module://ipympl.backend_nbagg"
+WIDGET_BACKEND_MISSING = (
+    "%matplotlib {name} needs the ipympl package, which is not installed here (pip install ipympl, then restart "
+    "the kernel); figures stay inline images"
+)
+
+
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported here (found, not imported)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def interactive_plots_refusal(name: str) -> str:

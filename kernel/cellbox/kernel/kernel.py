@@ -18,6 +18,9 @@ one sandbox with a keeper and the snapshots cells are forked from.  For each
    with a name and a sentence (``CellTimeoutError: ...``), and the reply's
    metadata carries the Outcome under ``"cellbox"``.
 
+A frontend's comm messages between cells (widgets) take the same path, one
+run each, with the message in the spec as data (:mod:`cellbox.kernel.comms`).
+
 The kernel process never unpickles or evals anything a cell produced (design
 rule 6), and no state crosses to it: the state lives in the session's
 snapshots.  Blocking waits run in worker threads, so interrupts, stdin and
@@ -62,6 +65,7 @@ from ..sandbox.session import ForkServer, ForkServerError, installed
 from .beside import BESIDE_RUNNER, Beside, complete_reply, empty_complete_reply, inspect_reply, run_beside
 from .cellerrors import error_for_outcome, exit_reason
 from .cellrunner import history_digest
+from .comms import Comms
 from .debugger import Debugger, debugpy_available
 from .magics import ceiling_from_text, ceiling_note, cell_limits
 
@@ -342,6 +346,12 @@ class CellboxKernel(Kernel):
         self.debugger = Debugger(
             self.task.tmp / "cells", debugpy_available(), publish=self._debug_event, inspect=self._inspect_variables
         )
+        # One run of the session at a time: a cell's, %undo's or a frontend comm message's (see .comms).
+        self._turn = asyncio.Lock()
+        self._dispatched: str | None = None
+        self._comms = Comms(self)
+        for msg_type in ("comm_open", "comm_msg", "comm_close"):
+            self.shell_handlers[msg_type] = self._comms.request
         atexit.register(self.task.remove)
         # No cell, and no other program of this user, may trace this process or read its memory or
         # environment (the connection key is there): prctl(2) PR_SET_DUMPABLE.
@@ -493,12 +503,31 @@ class CellboxKernel(Kernel):
         if store_history:
             self._add_input(body, None)
         await self._session_ready()
+        for note in self._comms.notes:
+            self._note(note)
+        self._comms.notes.clear()
+        async with self._turn:
+            return await self._run_cell(body, limits, silent, store_history, user_expressions or {}, allow_stdin)
+
+    async def _run_cell(
+        self,
+        body: str,
+        limits: Limits,
+        silent: bool,
+        store_history: bool,
+        user_expressions: dict[str, str],
+        allow_stdin: bool,
+        comm: dict[str, Any] | None = None,
+        kind: str = "cell",
+    ) -> dict[str, Any]:
+        """Run ``body`` (or, with ``comm``, hand that frontend comm message to the comm manager) in a fresh child,
+        settle its snapshot, and build the reply; the caller holds the session's turn."""
         cell = _Cell(self, limits, silent, allow_stdin, len(self._inputs) - 1 if store_history else None)
         spec_file: _SpecFile | None = None
         try:
             debug = self.debugger.cell_config()
             spec_file = self._write_spec(
-                body, limits, silent, store_history, user_expressions or {}, allow_stdin, debug=debug
+                body, limits, silent, store_history, user_expressions or {}, allow_stdin, comm, debug=debug
             )
             run = start(
                 [sys.executable, "-m", CELL_RUNNER, str(spec_file.path)],
@@ -532,6 +561,7 @@ class CellboxKernel(Kernel):
         await asyncio.sleep(0)  # let the last forwarded messages go out first
         cell.flush()
         self._settle(cell, outcome)
+        self._comms.settled(kind, cell.kept, cell.parent)
         return self._finish(cell, outcome, body)
 
     async def _session_ready(self) -> None:
@@ -551,6 +581,7 @@ class CellboxKernel(Kernel):
             await asyncio.to_thread(server.wait_ready, SESSION_READY_TIMEOUT)
         if server.lost and server.lost != self._session_lost:
             self._session_lost = server.lost
+            self._comms.lost(self.get_parent("shell"))
             self._note(
                 f"cellbox: the session's state was lost ({server.lost}); this cell starts without the names "
                 "of earlier cells",
@@ -590,14 +621,23 @@ class CellboxKernel(Kernel):
             message = "%undo needs the session's snapshots (start_method=forkserver and carry_state=True)"
             return self._publish_error("UsageError", message, [f"UsageError: {message}"])
         await self._session_ready()
-        try:
-            result = await asyncio.to_thread(server.undo, count)
-        except ForkServerError as exc:
-            return self._publish_error("UsageError", f"%undo: {exc}", [f"UsageError: %undo: {exc}"])
-        undone = int(result.get("undone", 0))
+        async with self._turn:
+            # Cells, not widget events: the states widget messages left after a cell go with it (see .comms).
+            snapshots, _cells = self._comms.record.to_undo(count)
+            try:
+                result = await asyncio.to_thread(server.undo, snapshots) if snapshots else {"undone": 0}
+            except ForkServerError as exc:
+                return self._publish_error("UsageError", f"%undo: {exc}", [f"UsageError: %undo: {exc}"])
+            undone = self._comms.undone(int(result.get("undone", 0)), self.get_parent("shell"))
         cells = "1 cell" if undone == 1 else f"{undone} cells"
         if undone == 0:
             text = "Nothing to undo: no earlier state is kept.\n"
+            if self._comms.record.states:
+                # What is kept are widget events since the last cell: undoing some of them would undo no cell.
+                text = (
+                    "Nothing to undo: the states kept are all widget events since the last cell "
+                    "(CellboxKernel.undo_depth sets how many are kept).\n"
+                )
         else:
             text = (
                 f"Undid {cells}: the names are as they were before {'it' if undone == 1 else 'them'}. "
@@ -636,6 +676,7 @@ class CellboxKernel(Kernel):
         store_history: bool,
         user_expressions: dict[str, str],
         allow_stdin: bool,
+        comm: dict[str, Any] | None = None,
         debug: dict[str, Any] | None = None,
     ) -> _SpecFile:
         before = self._history_before(store_history)
@@ -660,6 +701,8 @@ class CellboxKernel(Kernel):
         }
         if debug is not None:
             spec["debug"] = debug  # breakpoints: the cell runs under the debugger (cellbox.kernel.debugcell)
+        if comm is not None:
+            spec["comm"] = comm  # a frontend comm message, as data (cellbox.kernel.cellcomm.dispatch)
         # A cell may have removed parts of the task directory: make them again.
         for directory in (self.task.home, self.task.work):
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -784,6 +827,8 @@ class CellboxKernel(Kernel):
     # ------------------------------------------------------------------ interrupt, stdin
 
     def pre_handler_hook(self) -> None:
+        # Which request ipykernel dispatches on its own (not beside another): comms look (see .comms).
+        self._dispatched = (self.get_parent("shell").get("header") or {}).get("msg_id")
         # SIGINT (signal interrupt mode, or the killpg of message mode) interrupts
         # the running cell, never this process.
         self.saved_sigint_handler = signal.signal(signal.SIGINT, self._on_sigint)
@@ -862,10 +907,19 @@ class CellboxKernel(Kernel):
         if run is not None:
             run.kill()
         self._input_gate.close()
+        self._comms.lost(self.get_parent("shell"))  # the widgets go with the session
         if self._forkserver is not None:
             self._forkserver.close()
         self.task.remove()
         return {"status": "ok", "restart": restart}
+
+    async def comm_info_request(self, stream: Any, ident: Any, parent: Any) -> None:  # type: ignore[override]
+        """The comms open in the session's state, from the kernel's own record (nothing runs; see .comms)."""
+        content = parent.get("content") if isinstance(parent.get("content"), dict) else {}
+        target = content.get("target_name")
+        if self.session:
+            reply = self._comms.info(target if isinstance(target, str) else None)
+            self.session.send(stream, "comm_info_reply", reply, parent, ident)
 
     def do_is_complete(self, code: str) -> dict[str, Any]:  # type: ignore[override]
         """``complete``, ``incomplete`` (with an indent) or ``invalid``, by IPython's rules (magics included)."""
@@ -880,7 +934,7 @@ class CellboxKernel(Kernel):
         cell comes first): the frontend then gets the empty reply at once.
         """
         server = self._forkserver
-        if server is None or not self.carry_state or self._running is not None:
+        if server is None or not self.carry_state or self._running is not None or self._turn.locked():
             return None
         return Beside(server, self.task, self.notebook_dir, self.cell_isolation(), self.session_limits)
 
@@ -889,7 +943,9 @@ class CellboxKernel(Kernel):
         place = self._beside()
         if place is None:
             return empty_complete_reply(cursor_pos)
-        content = await asyncio.to_thread(run_beside, place, {"op": "complete", "code": code, "cursor_pos": cursor_pos})
+        async with self._turn:  # no comm run starts beside it
+            request = {"op": "complete", "code": code, "cursor_pos": cursor_pos}
+            content = await asyncio.to_thread(run_beside, place, request)
         return complete_reply(content, code, cursor_pos)
 
     async def do_inspect(  # type: ignore[override]
@@ -901,7 +957,8 @@ class CellboxKernel(Kernel):
             return inspect_reply(None)
         request = {"op": "inspect", "code": code, "cursor_pos": cursor_pos, "detail_level": int(detail_level)}
         request["omit_sections"] = [str(section) for section in omit_sections or ()]
-        return inspect_reply(await asyncio.to_thread(run_beside, place, request))
+        async with self._turn:  # no comm run starts beside it
+            return inspect_reply(await asyncio.to_thread(run_beside, place, request))
 
     def do_history(  # type: ignore[override]
         self,
@@ -1129,6 +1186,8 @@ class _Cell:
         elif kind == "note" and isinstance(message.get("text"), str):
             # The runner's own word (threads the cell left): a note, never the cell's stderr.
             self.kernel._note(message["text"][:NOTE_LENGTH])
+        elif kind == "comm":
+            self.kernel._comms.from_cell(self, message)
         elif kind == "user_expressions" and isinstance(message.get("value"), dict):
             self.user_expressions = message["value"]
         elif kind == "transformed" and isinstance(message.get("source"), str) and self.history_index is not None:
