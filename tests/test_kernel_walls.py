@@ -179,6 +179,52 @@ def test_a_snapshot_a_cell_traced_does_not_run_between_cells(
         assert [error["ename"] for error in after.errors] == ["NameError"]
 
 
+# The cell leaves, in every process forked from it (its snapshot and spare), a POSIX timer that sends
+# SIGCONT every 0.3 s (timer_create(2) may name any signal) and a SIGCONT handler that logs one line and
+# stops its process again with SIGSTOP.  The stop clears the "continued" report before the keeper can
+# wait for it (waitid(2) WCONTINUED), so a check of continued reports alone saw nothing.
+SELF_WAKING = """
+import ctypes, os, signal, time
+_libc = ctypes.CDLL(None, use_errno=True)
+class _Sigevent(ctypes.Structure):
+    _fields_ = [("value", ctypes.c_void_p), ("signo", ctypes.c_int), ("notify", ctypes.c_int),
+                ("pad", ctypes.c_byte * 48)]
+class _Timespec(ctypes.Structure):
+    _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
+_log = os.open("woken.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+def _on_cont(signum, frame):
+    os.write(_log, f"{os.getpid()}\\n".encode())
+    os.kill(os.getpid(), signal.SIGSTOP)
+def _arm():
+    timer = ctypes.c_void_p()
+    _libc.timer_create(1, ctypes.byref(_Sigevent(signo=signal.SIGCONT, notify=0)), ctypes.byref(timer))
+    period = (_Timespec * 2)(_Timespec(0, 300_000_000), _Timespec(0, 300_000_000))
+    _libc.timer_settime(timer, 0, period, None)
+signal.signal(signal.SIGCONT, _on_cont)
+os.register_at_fork(after_in_child=_arm)
+state = 41
+"""
+
+
+def test_a_snapshot_that_wakes_itself_and_stops_again_is_killed(tmp_path: Path) -> None:
+    # Promise: "nothing a cell left runs between cells".  Each process may wake once before the keeper
+    # sees its stop report (a stop it did not make, of a process it holds stopped) and kills it; after
+    # that nothing wakes, and the next cell is told that the state is gone.
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (_km, kc):
+        first = execute(kc, SELF_WAKING)
+        assert first.status == "ok", first.traceback
+        log = tmp_path / "woken.log"
+        time.sleep(2.0)
+        woken = log.read_text().splitlines() if log.exists() else []
+        time.sleep(1.5)
+        later = log.read_text().splitlines() if log.exists() else []
+        after = execute(kc, "print(state)")
+    assert len(woken) <= 2, woken  # the snapshot and the spare, at most once each
+    assert later == woken
+    assert "the state it held is gone" in after.notes
+    assert [error["ename"] for error in after.errors] == ["NameError"]
+
+
 def test_a_cell_makes_no_set_user_id_file(tmp_path: Path) -> None:
     # Promise: "no run ever creates a set-user-ID or set-group-ID file", a kernel cell's included.
     with running_kernel("cellbox", cwd=str(tmp_path)) as (_km, kc):

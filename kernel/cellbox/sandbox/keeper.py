@@ -504,17 +504,23 @@ class Keeper:
         woken = set()
         while True:
             try:
-                report = os.waitid(os.P_ALL, 0, os.WCONTINUED | os.WNOHANG)
+                # A stop report of a process the keeper holds stopped: it was continued and stopped itself
+                # again (which clears the continued report), so it ran between cells (snapshots.HELD).
+                report = os.waitid(os.P_ALL, 0, os.WCONTINUED | os.WSTOPPED | os.WNOHANG)
             except ChildProcessError:
                 break
             if report is None:
                 break
-            woken.add(report.si_pid)
+            if report.si_code == os.CLD_CONTINUED or report.si_pid in snapshots.HELD:
+                woken.add(report.si_pid)
         if not woken:
             return
         if self.spare is not None and self.spare.pid in woken:
             self.discard_spare()
-            self.spare_note = "session: the spare was continued from outside the session and was killed"
+            # Not over a snapshot's note of an earlier look: that one says the state is gone.
+            self.spare_note = self.spare_note or (
+                "session: the spare was continued from outside the session and was killed"
+            )
         held = [snap for snap in [*self.chain.snapshots(), self.chain.pending] if snap is not None]
         for snap in held:
             if snap.pid not in woken:
@@ -696,6 +702,7 @@ class Keeper:
             if pid == 0:
                 return
             Snapshot.dying.discard(pid)
+            snapshots.HELD.discard(pid)  # its pid may come again, for a process the keeper has not stopped
             run = self.run
             if run is not None:
                 run.peak_kib = max(run.peak_kib, usage.ru_maxrss)
