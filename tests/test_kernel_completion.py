@@ -184,18 +184,19 @@ def test_a_completer_that_floods_is_stopped_and_the_kernel_answers(kc: BlockingK
 # double fork), writing a line every 0.1 s.
 LEAVES_A_DAEMON = """
 import os, time
+BEAT = "daemon-beat.log"
 class Daemonic:
     def __dir__(self):
         if os.fork() == 0:
             os.setsid()
             if os.fork() == 0:
-                fd = os.open("daemon-beat.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                fd = os.open(BEAT, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                 while True:
                     os.write(fd, b".")
                     time.sleep(0.1)
             os._exit(0)
         deadline = time.monotonic() + 2
-        while not (os.path.exists("daemon-beat.log") and os.path.getsize("daemon-beat.log")) and time.monotonic() < deadline:
+        while not (os.path.exists(BEAT) and os.path.getsize(BEAT)) and time.monotonic() < deadline:
             time.sleep(0.01)  # until it has written (the run's own limit is 3 s)
         return ["by_dir"]
 daemonic = Daemonic()
