@@ -162,6 +162,20 @@ def checked_shared(value):
     return {"count": count, "bytes": size, "names": names[:SHARED_NAMED]}
 
 
+def with_segments(shared):
+    """``shared`` (:func:`checked_shared`'s form) and the session's System V segments no process maps, which a
+    stop or an undo leaves as they are too (:func:`snapshots.detached_sysv_segments`, read by the keeper)."""
+    segments = snapshots.detached_sysv_segments()
+    if not segments:
+        return shared
+    names = sorted(segments, key=lambda name: -segments[name])
+    return {
+        "count": shared["count"] + len(segments),
+        "bytes": shared["bytes"] + sum(segments.values()),
+        "names": (names + shared["names"])[:SHARED_NAMED],
+    }
+
+
 class Run:
     """The one run the keeper supervises: its pipes, its command, its accounts."""
 
@@ -847,7 +861,7 @@ class Keeper:
         facts = {"depth": depth, "rss": resident_of(state.pid if state else None)}
         if not keep and state is not None:
             # The dropped cell wrote what it liked into the state's shared memory: that stays.
-            facts["shared"] = state.shared
+            facts["shared"] = with_segments(state.shared)
         return facts
 
     def undo(self, count):
@@ -856,7 +870,7 @@ class Keeper:
         self.reap()
         current = self.chain.current() or self.chain.base
         # Later cells wrote what they liked into the restored state's shared memory: that stays.
-        shared = current.shared if undone and current is not None else {"count": 0}
+        shared = with_segments(current.shared) if undone and current is not None else {"count": 0}
         return {"undone": undone, "depth": len(self.chain.kept), "shared": shared}
 
     def stat(self):
