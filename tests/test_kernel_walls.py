@@ -9,6 +9,7 @@ and no cell makes a set-user-ID or set-group-ID file.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -262,3 +263,47 @@ def test_a_cell_cannot_forge_cellboxs_notes(tmp_path: Path) -> None:
     assert forged not in result.notes
     assert forged not in result.metadata.get("cellbox", {}).get("kernel_notes", [])
     assert all(NOTE_MIMETYPE not in data or data["text/plain"] != forged for data in shown)
+
+
+# The command names its snapshot to the keeper on a socket the cell's process holds (the lowest socket fd):
+# the cell sends its own word there first, with ten descriptors beside it.
+SEND_FDS_TO_THE_KEEPER = """
+import json, os, socket
+def _link(fd):
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+ours = sorted(int(fd) for fd in os.listdir("/proc/self/fd") if _link(fd).startswith("socket:"))
+sent = [os.open("/dev/null", os.O_RDONLY) for _ in range(10)]
+socket.send_fds(socket.socket(fileno=os.dup(ours[0])), [json.dumps({"event": "snapshot"}).encode()], sent)
+"""
+
+
+def keeper_fds(kernel: int) -> int:
+    """How many descriptors the session's keeper holds once settled (skips where its /proc/PID/fd is closed to
+    this user)."""
+    keepers = [pid for pid in descendants(kernel) if Path(f"/proc/{pid}/comm").read_text().strip() == "cellbox-keeper"]
+    try:
+        counts = []
+        for _ in range(10):  # the fewest over a second: a run's pipes close a moment after its reply
+            counts.append(len(os.listdir(f"/proc/{keepers[0]}/fd")))
+            time.sleep(0.1)
+        return min(counts)
+    except OSError:
+        pytest.skip("the keeper is not dumpable, and only root may list its descriptors")
+
+
+def test_descriptors_a_cell_sends_the_keeper_are_closed(tmp_path: Path) -> None:
+    # Promise (design.md): a trusted process takes nothing a cell made; the keeper read the message and
+    # kept its descriptors, ten more each cell, until it ran out.
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (km, kc):
+        kernel = int(km.provisioner.process.pid)  # type: ignore[union-attr]
+        assert execute(kc, "state = 1").status == "ok"
+        execute(kc, SEND_FDS_TO_THE_KEEPER)
+        before = keeper_fds(kernel)  # after one such cell, so that the spare and sockets are as after the others
+        for _ in range(3):
+            execute(kc, SEND_FDS_TO_THE_KEEPER)
+        after = keeper_fds(kernel)
+        assert execute(kc, "print(state)").stream() == "1\n"
+    assert after == before

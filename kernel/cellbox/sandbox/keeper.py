@@ -792,7 +792,9 @@ class Keeper:
         finished = os.WIFEXITED(run.status) and os.WEXITSTATUS(run.status) in (0, 1)
         following.settimeout(snapshots.SNAPSHOT_TIMEOUT if finished else 0)
         try:
-            hello, _fds = receive(following)
+            hello, fds = receive(following)
+            for fd in fds:
+                os.close(fd)  # the command's process is a cell's: what it sends beside its word is not kept
         except (OSError, ValueError):
             hello = None
         pid = hello.get("pid") if isinstance(hello, dict) else None
