@@ -307,3 +307,42 @@ def test_descriptors_a_cell_sends_the_keeper_are_closed(tmp_path: Path) -> None:
         after = keeper_fds(kernel)
         assert execute(kc, "print(state)").stream() == "1\n"
     assert after == before
+
+
+# Every way a process may signal another, aimed at the keeper (the cell's parent): kill(2),
+# pidfd_send_signal(2), and the kernel's own SIGIO of F_SETOWN/F_SETSIG (fcntl(2)) with SIGKILL.
+SIGNAL_THE_KEEPER = """
+import ctypes, fcntl, os, signal, socket
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+keeper = os.getppid()
+for sig in (signal.SIGCONT, signal.SIGTERM, signal.SIGKILL):
+    try:
+        os.kill(keeper, sig)
+        print("delivered")
+    except PermissionError:
+        print("refused")
+pidfd = libc.syscall(434, keeper, 0)  # pidfd_open
+print("refused" if libc.syscall(424, pidfd, signal.SIGKILL, 0, 0) == -1 else "delivered")  # pidfd_send_signal
+a, b = socket.socketpair()
+fcntl.fcntl(a, fcntl.F_SETOWN, keeper)
+fcntl.fcntl(a, fcntl.F_SETSIG, signal.SIGKILL)
+fcntl.fcntl(a, fcntl.F_SETFL, fcntl.fcntl(a, fcntl.F_GETFL) | os.O_ASYNC)
+b.send(b"x")  # the kernel sends SIGKILL to the owner, unless the signal scope stops it
+state = 2
+"""
+
+
+def test_a_cell_cannot_signal_the_keeper_in_any_way(tmp_path: Path) -> None:
+    # Promise (docs/isolation.md, the keeper): "outside the Landlock domain its snapshots and cells are in,
+    # so none of them can signal or trace it".
+    from cellbox.sandbox.isolation import landlock_abi
+
+    if landlock_abi() < 6:
+        pytest.skip("no Landlock signal scope (ABI 6, Linux 6.12) here: the first cell's notes say so")
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (_km, kc):
+        first = execute(kc, SIGNAL_THE_KEEPER)
+        after = execute(kc, "print(state)")
+    assert first.status == "ok", first.traceback
+    assert first.stream() == "refused\n" * 4
+    assert after.stream() == "2\n"  # the keeper lived, and kept the state
