@@ -716,7 +716,7 @@ def process_state(pid):
 STOP_TIMEOUT = 5.0
 # Pids the keeper stopped and took the stop report of (waitid(2) WSTOPPED): any later report of theirs is a
 # stop it did not make, so something continued them meanwhile (see Keeper.check_stopped).
-HELD = set()
+HELD: set[int] = set()
 
 
 def stop_process(pid):
