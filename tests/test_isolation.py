@@ -203,6 +203,49 @@ def test_secrets_stay_covered_when_the_working_directory_is_the_home(
     assert (home / ".ssh" / "id_ed25519").read_text() == "PRIVATE KEY"
 
 
+# Files that programs outside every sandbox run or obey, the next time the user starts them: Jupyter's
+# config (the server, `jupyter execute`, nbconvert, nbgrader), the kernel's own IPython config, a kernelspec.
+PLANTED = (
+    ".jupyter/jupyter_config.py",
+    ".ipython/profile_default/ipython_kernel_config.py",
+    ".config/jupyter/jupyter_config.py",
+    ".local/share/jupyter/kernels/python3/kernel.json",
+    ".local/lib/python3.11/site-packages/planted.pth",
+    ".local/bin/jupyter",
+    ".bashrc",
+)
+PLANT = """
+import os, sys
+for path in sys.argv[1:]:
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write("import os; os.system('id > /tmp/planted')")
+        print("planted")
+    except PermissionError:
+        print("refused")  # a cover of root's, as nobody
+"""
+
+
+def test_a_child_cannot_plant_config_where_the_home_has_none_yet(
+    all_layers: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A notebook opened in a fresh home (no ~/.jupyter, ~/.ipython, ~/.config yet): the view covers only
+    # what exists, so the child's ~/.jupyter/jupyter_config.py would land on the host and run, outside any
+    # sandbox, in the next `jupyter execute` or Jupyter server.  The missing folders are made (empty) and covered.
+    home = tmp_path / "home"
+    home.mkdir()
+    home.chmod(0o777)
+    (home / ".bashrc").write_text("")  # one that exists: covered by an empty file
+    monkeypatch.setenv("HOME", str(home))
+    outcome = run([sys.executable, "-c", PLANT, *(str(home / name) for name in PLANTED)], isolation=AUTO, cwd=home)
+    assert outcome.status is Status.OK, outcome.stderr
+    assert set(outcome.stdout.splitlines()) <= {"planted", "refused"}  # into the view's covers, gone with the run
+    assert [name for name in PLANTED if (home / name).exists() and (home / name).read_text()] == []
+    assert [str(p.relative_to(home)) for p in home.rglob("*") if not p.is_dir()] == [".bashrc"]
+    assert (home / ".jupyter").stat().st_mode & 0o777 == 0o700  # made empty, as Jupyter would
+
+
 def test_hidden_path_is_covered_even_inside_the_working_directory(all_layers: None, tmp_path: Path) -> None:
     secret = tmp_path / "connection.json"
     secret.write_text("secret-signing-key")

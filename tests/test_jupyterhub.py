@@ -470,3 +470,20 @@ def test_a_student_cannot_put_a_kernel_of_their_own_in_place_of_the_class_kernel
     put = requests.put(f"{kernel.base}/contents/{path}", headers=kernel.headers, json=body, timeout=TIMEOUT)
     assert 400 <= put.status_code < 500, put.text
     assert not (folder / "kernel.json").exists()
+
+
+def test_a_student_cannot_plant_config_for_their_next_server(
+    kernels: dict[str, RemoteKernel], students: dict[str, pwd.struct_passwd]
+) -> None:
+    # ~/.jupyter/jupyter_server_config.py would run in the student's next server, outside every sandbox (and
+    # turn terminals back on).  The view covers ~/.jupyter (a home without one yet: tests/test_isolation.py's
+    # test_a_child_cannot_plant_config_where_the_home_has_none_yet).
+    name = USERS[0]
+    config = Path(students[name].pw_dir) / ".jupyter" / "jupyter_server_config.py"
+    code = (
+        f"import os\nos.makedirs({str(config.parent)!r}, exist_ok=True)\n"
+        f"open({str(config)!r}, 'w').write('c.ServerApp.terminals_enabled = True')\nprint('wrote')"
+    )
+    cell = kernels[name].execute(code)
+    assert cell.reply["status"] == "ok", cell.outputs
+    assert not config.exists()

@@ -209,6 +209,33 @@ def test_undo_names_the_shared_memory_it_cannot_take_back(kc: BlockingKernelClie
     assert execute(kc, "print(m[0], v.value, plain)").stream() == "9 3 1\n"
 
 
+# A System V segment written and let go (no process maps it): it keeps its bytes for the session.
+DETACHED_SEGMENT = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+segment = libc.shmget(0, 1 << 20, 0o1000 | 0o600)  # IPC_PRIVATE, IPC_CREAT
+if segment >= 0:
+    address = libc.shmat(segment, None, 0)
+    ctypes.memset(address, 7, 1 << 20)
+    libc.shmdt(ctypes.c_void_p(address))
+print(segment)
+plain = 4
+"""
+
+
+def test_undo_names_a_system_v_segment_no_process_maps(kc: BlockingKernelClient) -> None:
+    made = execute(kc, DETACHED_SEGMENT)
+    assert made.status == "ok", made.traceback
+    segment = made.stream().strip()
+    if segment == "-1":
+        pytest.skip("no IPC namespace here: the filter refuses shmget")
+    undo = execute(kc, "%undo")
+    note = undo.stream().splitlines()[1]
+    assert note.startswith("cellbox: writes to shared memory")
+    assert f"System V segment {segment}" in note
+
+
 def test_a_stopped_cell_names_the_shared_memory_it_wrote(kc: BlockingKernelClient) -> None:
     assert execute(kc, SHARED).status == "ok"
     result = execute(kc, "%%limits cpu=1\nm[0] = 5; v.value = 5; plain = 5\nwhile True: pass")

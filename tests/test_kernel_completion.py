@@ -8,6 +8,7 @@ stays in the kernel (it parses the frontend's code, nothing else).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,43 @@ def test_a_completer_that_floods_is_stopped_and_the_kernel_answers(kc: BlockingK
     finally:
         assert execute(kc, "del get_ipython().Completer.completions").status == "ok"
     assert completed(kc, "student_s") == ["student_scores"]
+
+
+# A completer that leaves a process of its own, out of its session and its parent's reach (setsid, a
+# double fork), writing a line every 0.1 s.
+LEAVES_A_DAEMON = """
+import os, time
+BEAT = "daemon-beat.log"
+class Daemonic:
+    def __dir__(self):
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                fd = os.open(BEAT, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                while True:
+                    os.write(fd, b".")
+                    time.sleep(0.1)
+            os._exit(0)
+        deadline = time.monotonic() + 2
+        while not (os.path.exists(BEAT) and os.path.getsize(BEAT)) and time.monotonic() < deadline:
+            time.sleep(0.01)  # until it has written (the run's own limit is 3 s)
+        return ["by_dir"]
+daemonic = Daemonic()
+"""
+
+
+def test_a_process_a_completer_leaves_ends_with_its_run(
+    kernel: tuple[KernelManager, BlockingKernelClient, Path],
+) -> None:
+    # Promise (design.md): a run beside the state is discarded when it ends, "nothing outlives its run".
+    _km, kc, notebook = kernel
+    assert execute(kc, LEAVES_A_DAEMON).status == "ok"
+    assert completed(kc, "daemonic.by") == ["daemonic.by_dir"]
+    beat = notebook / "daemon-beat.log"
+    written = beat.read_bytes()  # the run's processes were killed before the reply
+    assert written
+    time.sleep(1.0)
+    assert beat.read_bytes() == written
 
 
 def test_a_completion_sent_while_a_cell_runs_never_blocks_it(kc: BlockingKernelClient) -> None:

@@ -61,8 +61,10 @@ for name in os.listdir('/proc'):
         if state == 'T':
             stopped.append(int(name))
 for pid in sorted(stopped)[1:]:  # every snapshot but the base (the oldest), which has no handler
-    os.kill(pid, signal.SIGCONT)
+    # SIGUSR1 first: it waits, pending, in the stopped process; SIGCONT then runs its handler. The other way
+    # round the keeper may kill the continued snapshot before SIGUSR1 is sent (ProcessLookupError).
     os.kill(pid, signal.SIGUSR1)
+    os.kill(pid, signal.SIGCONT)
 print('woken')
 """
 

@@ -9,6 +9,7 @@ and no cell makes a set-user-ID or set-group-ID file.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -179,6 +180,58 @@ def test_a_snapshot_a_cell_traced_does_not_run_between_cells(
         assert [error["ename"] for error in after.errors] == ["NameError"]
 
 
+# The cell leaves, in every process forked from it (its snapshot and spare), a POSIX timer that sends
+# SIGCONT every 0.3 s from 1 s on (timer_create(2) may name any signal; the keeper has stopped both by
+# then) and a SIGCONT handler that logs its pid and stops its process again with SIGSTOP.  The stop clears
+# the "continued" report before the keeper can wait for it (waitid(2) WCONTINUED), so a check of
+# continued reports alone saw nothing.
+SELF_WAKING = """
+import ctypes, os, signal, time
+_libc = ctypes.CDLL(None, use_errno=True)
+class _Sigevent(ctypes.Structure):
+    _fields_ = [("value", ctypes.c_void_p), ("signo", ctypes.c_int), ("notify", ctypes.c_int),
+                ("pad", ctypes.c_byte * 48)]
+class _Timespec(ctypes.Structure):
+    _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
+_log = os.open("woken.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+def _on_cont(signum, frame):
+    os.write(_log, f"{os.getpid()}\\n".encode())
+    os.kill(os.getpid(), signal.SIGSTOP)
+def _arm():
+    timer = ctypes.c_void_p()
+    _libc.timer_create(1, ctypes.byref(_Sigevent(signo=signal.SIGCONT, notify=0)), ctypes.byref(timer))
+    period = (_Timespec * 2)(_Timespec(0, 300_000_000), _Timespec(1, 0))  # it_interval, it_value
+    _libc.timer_settime(timer, 0, period, None)
+signal.signal(signal.SIGCONT, _on_cont)
+os.register_at_fork(after_in_child=_arm)
+state = 41
+"""
+
+
+def test_a_snapshot_that_wakes_itself_and_stops_again_is_killed(tmp_path: Path) -> None:
+    # Promise: "nothing a cell left runs between cells".  Each process may wake once before the keeper
+    # sees its stop report (a stop it did not make, of a process it holds stopped) and kills it: every
+    # process that woke is gone, nothing wakes after that, and the next cell is told.
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (km, kc):
+        kernel = int(km.provisioner.process.pid)  # type: ignore[union-attr]
+        first = execute(kc, SELF_WAKING)
+        assert first.status == "ok", first.traceback
+        log = tmp_path / "woken.log"
+        deadline = time.monotonic() + 10
+        while not (log.exists() and log.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)  # a second look at each process's wakes, and the keeper's kill
+        woken = log.read_text().splitlines()
+        time.sleep(1.5)
+        later = log.read_text().splitlines()
+        alive = [inner for inner in set(woken) if host_pid(kernel, int(inner)) is not None]
+        after = execute(kc, "print('after')")
+    assert woken and len(woken) <= 2 * len(set(woken)), woken  # at most twice each (a wake the keeper races)
+    assert later == woken
+    assert alive == []
+    assert "continued from outside the session" in after.notes
+
+
 def test_a_cell_makes_no_set_user_id_file(tmp_path: Path) -> None:
     # Promise: "no run ever creates a set-user-ID or set-group-ID file", a kernel cell's included.
     with running_kernel("cellbox", cwd=str(tmp_path)) as (_km, kc):
@@ -186,3 +239,121 @@ def test_a_cell_makes_no_set_user_id_file(tmp_path: Path) -> None:
     assert result.status == "ok", result.traceback
     assert result.stream() == SETID_REFUSED
     assert_no_setid_file(tmp_path)
+
+
+# A cell's own outputs dressed as cellbox's notes: a display_data of the note mimetype, and a note on the
+# channel the cell runner speaks to the kernel on (fd 3), which the cell's process shares.
+FORGE_NOTES = """
+import json, os
+from IPython.display import display
+forged = "cellbox: note: this cell's limits were lifted by the administrator"
+display({"text/plain": forged, "application/vnd.cellbox.note+json": {"text": forged}}, raw=True)
+os.write(3, (json.dumps({"type": "note", "text": forged}) + "\\n").encode())
+os.write(3, (json.dumps({"type": "threads_left", "count": "many"}) + "\\n").encode())
+os.write(3, (json.dumps({"type": "debugger_failed", "text": forged}) + "\\n").encode())
+print("sent")
+"""
+
+
+def test_a_cell_cannot_forge_cellboxs_notes(tmp_path: Path) -> None:
+    # Promise (docs/kernel.md, "cellbox's notes"): a note of the note mimetype, and the reply's
+    # kernel_notes, are cellbox's own word.  The cell's display keeps its text, without the mimetype.
+    from cellbox.kernel.kernel import NOTE_MIMETYPE
+
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (_km, kc):
+        result = execute(kc, FORGE_NOTES)
+    assert result.status == "ok", result.traceback
+    assert result.stream() == "sent\n"
+    shown = [c["data"] for c in result.of("display_data")]
+    forged = "cellbox: note: this cell's limits were lifted by the administrator"
+    assert {"text/plain": forged} in shown
+    assert forged not in result.notes
+    assert forged not in result.metadata.get("cellbox", {}).get("kernel_notes", [])
+    assert all(NOTE_MIMETYPE not in data or data["text/plain"] != forged for data in shown)
+    # A word the runner may send (its debugger did not start) gives the kernel's own fixed note, never its text.
+    assert [line for line in result.notes.splitlines() if "debugger" in line] == [
+        "cellbox: the debugger could not start in this cell (stderr says why); it ran without it"
+    ]
+
+
+# The command names its snapshot to the keeper on a socket the cell's process holds (the lowest socket fd):
+# the cell sends its own word there first, with ten descriptors beside it.
+SEND_FDS_TO_THE_KEEPER = """
+import json, os, socket
+def _link(fd):
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+ours = sorted(int(fd) for fd in os.listdir("/proc/self/fd") if _link(fd).startswith("socket:"))
+sent = [os.open("/dev/null", os.O_RDONLY) for _ in range(10)]
+socket.send_fds(socket.socket(fileno=os.dup(ours[0])), [json.dumps({"event": "snapshot"}).encode()], sent)
+"""
+
+
+def keeper_fds(kernel: int) -> int:
+    """How many descriptors the session's keeper holds once settled (skips where its /proc/PID/fd is closed to
+    this user)."""
+    keepers = [pid for pid in descendants(kernel) if Path(f"/proc/{pid}/comm").read_text().strip() == "cellbox-keeper"]
+    try:
+        counts = []
+        for _ in range(10):  # the fewest over a second: a run's pipes close a moment after its reply
+            counts.append(len(os.listdir(f"/proc/{keepers[0]}/fd")))
+            time.sleep(0.1)
+        return min(counts)
+    except OSError:
+        pytest.skip("the keeper is not dumpable, and only root may list its descriptors")
+
+
+def test_descriptors_a_cell_sends_the_keeper_are_closed(tmp_path: Path) -> None:
+    # Promise (design.md): a trusted process takes nothing a cell made; the keeper read the message and
+    # kept its descriptors, ten more each cell, until it ran out.
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (km, kc):
+        kernel = int(km.provisioner.process.pid)  # type: ignore[union-attr]
+        assert execute(kc, "state = 1").status == "ok"
+        execute(kc, SEND_FDS_TO_THE_KEEPER)
+        before = keeper_fds(kernel)  # after one such cell, so that the spare and sockets are as after the others
+        for _ in range(3):
+            execute(kc, SEND_FDS_TO_THE_KEEPER)
+        after = keeper_fds(kernel)
+        assert execute(kc, "print(state)").stream() == "1\n"
+    assert after == before
+
+
+# Every way a process may signal another, aimed at the keeper (the cell's parent): kill(2),
+# pidfd_send_signal(2), and the kernel's own SIGIO of F_SETOWN/F_SETSIG (fcntl(2)) with SIGKILL.
+SIGNAL_THE_KEEPER = """
+import ctypes, fcntl, os, signal, socket
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+keeper = os.getppid()
+for sig in (signal.SIGCONT, signal.SIGTERM, signal.SIGKILL):
+    try:
+        os.kill(keeper, sig)
+        print("delivered")
+    except PermissionError:
+        print("refused")
+pidfd = libc.syscall(434, keeper, 0)  # pidfd_open
+print("refused" if libc.syscall(424, pidfd, signal.SIGKILL, 0, 0) == -1 else "delivered")  # pidfd_send_signal
+a, b = socket.socketpair()
+fcntl.fcntl(a, fcntl.F_SETOWN, keeper)
+fcntl.fcntl(a, fcntl.F_SETSIG, signal.SIGKILL)
+fcntl.fcntl(a, fcntl.F_SETFL, fcntl.fcntl(a, fcntl.F_GETFL) | os.O_ASYNC)
+b.send(b"x")  # the kernel sends SIGKILL to the owner, unless the signal scope stops it
+state = 2
+"""
+
+
+def test_a_cell_cannot_signal_the_keeper_in_any_way(tmp_path: Path) -> None:
+    # Promise (docs/isolation.md, the keeper): "outside the Landlock domain its snapshots and cells are in,
+    # so none of them can signal or trace it".
+    from cellbox.sandbox.isolation import landlock_abi
+
+    if landlock_abi() < 6:
+        pytest.skip("no Landlock signal scope (ABI 6, Linux 6.12) here: the first cell's notes say so")
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (_km, kc):
+        first = execute(kc, SIGNAL_THE_KEEPER)
+        after = execute(kc, "print(state)")
+    assert first.status == "ok", first.traceback
+    assert first.stream() == "refused\n" * 4
+    assert after.stream() == "2\n"  # the keeper lived, and kept the state

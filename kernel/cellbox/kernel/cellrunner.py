@@ -542,10 +542,11 @@ def _run_cell(shell: Any, channel: Channel, spec: dict[str, Any], store: bool, s
     try:
         try:
             bridge.start()
-        except Exception as exc:  # noqa: BLE001 - the cell still runs, and the kernel says why it was not debugged
+        except Exception as exc:  # noqa: BLE001 - the cell still runs, and the kernel says it was not debugged
             bridge.stop()
-            note = f"cellbox: the debugger could not start ({type(exc).__name__}: {exc}); the cell ran without it"
-            channel.send({"type": "note", "text": note})
+            # The kernel writes the note's words (a cell could send this message too); the cause goes to stderr.
+            print(f"debugger: {type(exc).__name__}: {exc}", file=sys.stderr)
+            channel.send({"type": "debugger_failed"})
             return shell.run_cell(spec["code"], store_history=store, silent=silent)
         try:
             return shell.run_cell(spec["code"], store_history=store, silent=silent)
@@ -569,8 +570,8 @@ def _settle_left_work() -> None:
 def _warn_threads(count: int) -> None:
     """Say once that threads the cell left running end with it (a snapshot keeps the main thread only).
 
-    Said as a note on the channel, which the kernel shows where graders do not
-    score it: never on the cell's stderr.  Idle threads of a thread pool are
+    Said on the channel as a count, which the kernel turns into its note where
+    graders do not score it: never on the cell's stderr.  Idle threads of a thread pool are
     not named: the pool starts new ones in the next cell (:mod:`.leftwork`).
     """
     import threading
@@ -587,11 +588,10 @@ def _warn_threads(count: int) -> None:
         if t is not threading.main_thread() and not t.daemon and t.is_alive() and t not in idle
     ]
     if running:
-        were = "1 thread was" if len(running) == 1 else f"{len(running)} threads were"
-        note = f"cellbox: {were} still running when the cell ended, and stopped with it"
         channel = getattr(_shell, "channel", None)
         if channel is not None:
-            channel.send({"type": "note", "text": note})
+            # A number only: the kernel writes the note (a cell can send on this channel too).
+            channel.send({"type": "threads_left", "count": len(running)})
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -112,8 +112,6 @@ UNSUPPORTED_FEATURES = ("debugger", "kernel subshells")
 SUBSHELLS_REFUSED = "cellbox runs one cell at a time, each forked from the session's latest state; it has no subshells"
 # The mimetype of cellbox's own notes, shown beside a cell as display_data (see CellboxKernel._note).
 NOTE_MIMETYPE = "application/vnd.cellbox.note+json"
-# The longest note a cell's process may ask the kernel to show, in characters.
-NOTE_LENGTH = 1000
 # History replies name one session: this kernel process's.
 SESSION_NUMBER = 1
 
@@ -1158,9 +1156,9 @@ class _Cell:
         self.flush()
         kind = message.get("type")
         if kind in ("display_data", "update_display_data"):
-            self.send(kind, _pick(message, "data", "metadata", "transient"))
+            self.send(kind, _without_note(_pick(message, "data", "metadata", "transient")))
         elif kind == "execute_result" and not self.silent:
-            content = _pick(message, "data", "metadata")
+            content = _without_note(_pick(message, "data", "metadata"))
             content["execution_count"] = self.kernel.execution_count
             self.kernel._outputs[self.kernel.execution_count] = str(content["data"].get("text/plain", ""))
             self.send("execute_result", content)
@@ -1183,9 +1181,13 @@ class _Cell:
             asyncio.ensure_future(self._answer(str(message.get("prompt", "")), bool(message.get("password"))))
         elif kind == "payload" and isinstance(message.get("payload"), list):
             self.payload = message["payload"]
-        elif kind == "note" and isinstance(message.get("text"), str):
-            # The runner's own word (threads the cell left): a note, never the cell's stderr.
-            self.kernel._note(message["text"][:NOTE_LENGTH])
+        elif kind == "threads_left" and type(count := message.get("count")) is int and count > 0:
+            # The runner's word (threads the cell left), which the cell could send as well: a number only,
+            # and the note's words are the kernel's.  Never the cell's stderr.
+            were = "1 thread was" if count == 1 else f"{count} threads were"
+            self.kernel._note(f"cellbox: {were} still running when the cell ended, and stopped with it")
+        elif kind == "debugger_failed":
+            self.kernel._note("cellbox: the debugger could not start in this cell (stderr says why); it ran without it")
         elif kind == "comm":
             self.kernel._comms.from_cell(self, message)
         elif kind == "user_expressions" and isinstance(message.get("value"), dict):
@@ -1343,6 +1345,14 @@ def _not_dumpable() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
     except (OSError, AttributeError):
         pass
+
+
+def _without_note(content: dict[str, Any]) -> dict[str, Any]:
+    """A cell's output ``content`` without :data:`NOTE_MIMETYPE` in its data: that mimetype is cellbox's own word."""
+    data = content.get("data")
+    if isinstance(data, dict) and NOTE_MIMETYPE in data:
+        content["data"] = {key: value for key, value in data.items() if key != NOTE_MIMETYPE}
+    return content
 
 
 def _pick(message: dict[str, Any], *keys: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -157,25 +158,36 @@ def strip_setid_bits(folders: list[str], limit: int = SETID_SWEEP_LIMIT) -> list
     """Remove S_ISUID and S_ISGID from every file and directory below ``folders``; the paths changed.
 
     The last wall against a set-user-ID file a root run left, where no syscall
-    filter can refuse making it (see docs/isolation.md): called after the run,
-    when none of its processes is left to race it.  Symbolic links are never
-    followed; at most ``limit`` entries are looked at, in all.  Errors on
-    single entries are skipped (the caller's note names what was changed).
+    filter can refuse making it (see docs/isolation.md): called after the run.
+    A kernel session's snapshots outlive the run and may still be woken (a
+    timer's SIGCONT, until the keeper sees it), so nothing is taken by name:
+    the walk holds each folder by a descriptor (:func:`os.fwalk`, which never
+    follows a link nor a folder swapped for one), and each entry is opened
+    with ``O_PATH | O_NOFOLLOW`` and changed through that descriptor's
+    ``/proc/self/fd`` name (open(2), proc(5)), so a link put in its place is
+    never followed to a file outside.  At most ``limit`` entries are looked
+    at, in all.  Errors on single entries are skipped (the caller's note names
+    what was changed).
     """
     changed: list[str] = []
     seen = 0
     for folder in dict.fromkeys(folders):
-        for directory, dirs, files in os.walk(folder):
+        for directory, dirs, files, folder_fd in os.fwalk(folder):
             for name in [*dirs, *files]:
                 seen += 1
                 if seen > limit:
                     return changed
-                path = os.path.join(directory, name)
                 try:
-                    info = os.lstat(path)
-                    if info.st_mode & 0o6000 and not os.path.islink(path):
-                        os.chmod(path, info.st_mode & 0o1777)
-                        changed.append(path)
+                    fd = os.open(name, os.O_PATH | os.O_NOFOLLOW, dir_fd=folder_fd)
                 except OSError:
                     continue
+                try:
+                    info = os.fstat(fd)
+                    if info.st_mode & 0o6000 and not stat.S_ISLNK(info.st_mode):
+                        os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(info.st_mode) & 0o1777)
+                        changed.append(os.path.join(directory, name))
+                except OSError:
+                    continue
+                finally:
+                    os.close(fd)
     return changed

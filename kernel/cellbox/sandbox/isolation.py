@@ -119,6 +119,18 @@ HOME_SECRETS = (
     ".jupyter",
     ".local/share/jupyter",
     ".ipython",
+    # What the user's own programs run, outside every sandbox: the user site-packages (.pth files run at
+    # every start of a Python without a venv), ~/.local/bin (first on many a PATH), shell start-up files
+    # and git's config (core.fsmonitor, aliases).  Cells have a home of their own and need none of them.
+    ".local/lib",
+    ".local/bin",
+    ".bashrc",
+    ".profile",
+    ".bash_profile",
+    ".bash_login",
+    ".zshrc",
+    ".zprofile",
+    ".gitconfig",
 )
 _TRUE = ("1", "true", "yes", "on", "allow", "allowed")
 _FALSE = ("0", "false", "no", "off", "deny", "denied", "none")
@@ -1141,6 +1153,7 @@ def _view_entries(
     entries.update({p: "rw" for p in (task, cwd, *isolation.writable) if p != "/"})
     for cgroup in cgroups:
         entries[cgroup] = "rw"
+    _make_missing_secrets([path for path, kind in entries.items() if kind == "rw"])
     for secret in secret_paths(isolation.hidden):
         if _shown(secret, entries) and not _within(cwd, secret):
             entries[secret] = "hide"
@@ -1313,6 +1326,37 @@ def runtime_directories() -> list[str]:
     if os.environ.get("XDG_RUNTIME_DIR"):
         found.append(os.environ["XDG_RUNTIME_DIR"])
     return [os.path.abspath(p) for p in found]
+
+
+# The entries of HOME_SECRETS that are files (the rest are folders).
+HOME_SECRET_FILES = (
+    *(".netrc", ".pypirc", ".git-credentials", ".gitconfig"),
+    *(".bashrc", ".profile", ".bash_profile", ".bash_login", ".zshrc", ".zprofile"),
+)
+
+
+def _make_missing_secrets(writable: Iterable[str]) -> None:
+    """Make the :data:`HOME_SECRETS` folders a writable bind would show but that are missing, so the view covers them.
+
+    The view can only cover a path that exists (bubblewrap mounts on it), and a
+    home bound read-write (a notebook opened in the home itself) would otherwise
+    let a run create ``~/.jupyter/jupyter_config.py``, an IPython config or a
+    kernelspec, which Jupyter's server, ``jupyter execute`` and the next kernel
+    run outside every sandbox.  Each is made empty with mode 0700, as the program
+    that owns it would; one that cannot be made (a home of another user) is left
+    as it is.  The files of :data:`HOME_SECRET_FILES` are not made (an empty
+    ``.bash_profile`` would change what a login shell reads): a run may write
+    one where none is (docs/isolation.md says so).
+    """
+    for home in home_directories():
+        if not any(_within(home, bound) for bound in writable) or not os.path.isdir(home):
+            continue
+        for name in HOME_SECRETS:
+            if name not in HOME_SECRET_FILES:
+                try:
+                    os.makedirs(os.path.join(home, name), mode=0o700)
+                except OSError:
+                    pass  # there already (FileExistsError), or not ours to make
 
 
 def secret_paths(extra: Iterable[str] = ()) -> list[str]:

@@ -162,6 +162,20 @@ def checked_shared(value):
     return {"count": count, "bytes": size, "names": names[:SHARED_NAMED]}
 
 
+def with_segments(shared):
+    """``shared`` (:func:`checked_shared`'s form) and the session's System V segments no process maps, which a
+    stop or an undo leaves as they are too (:func:`snapshots.detached_sysv_segments`, read by the keeper)."""
+    segments = snapshots.detached_sysv_segments()
+    if not segments:
+        return shared
+    names = sorted(segments, key=lambda name: -segments[name])
+    return {
+        "count": shared["count"] + len(segments),
+        "bytes": shared["bytes"] + sum(segments.values()),
+        "names": (names + shared["names"])[:SHARED_NAMED],
+    }
+
+
 class Run:
     """The one run the keeper supervises: its pipes, its command, its accounts."""
 
@@ -504,17 +518,23 @@ class Keeper:
         woken = set()
         while True:
             try:
-                report = os.waitid(os.P_ALL, 0, os.WCONTINUED | os.WNOHANG)
+                # A stop report of a process the keeper holds stopped: it was continued and stopped itself
+                # again (which clears the continued report), so it ran between cells (snapshots.HELD).
+                report = os.waitid(os.P_ALL, 0, os.WCONTINUED | os.WSTOPPED | os.WNOHANG)
             except ChildProcessError:
                 break
             if report is None:
                 break
-            woken.add(report.si_pid)
+            if report.si_code == os.CLD_CONTINUED or report.si_pid in snapshots.HELD:
+                woken.add(report.si_pid)
         if not woken:
             return
         if self.spare is not None and self.spare.pid in woken:
             self.discard_spare()
-            self.spare_note = "session: the spare was continued from outside the session and was killed"
+            # Not over a snapshot's note of an earlier look: that one says the state is gone.
+            self.spare_note = self.spare_note or (
+                "session: the spare was continued from outside the session and was killed"
+            )
         held = [snap for snap in [*self.chain.snapshots(), self.chain.pending] if snap is not None]
         for snap in held:
             if snap.pid not in woken:
@@ -696,6 +716,7 @@ class Keeper:
             if pid == 0:
                 return
             Snapshot.dying.discard(pid)
+            snapshots.HELD.discard(pid)  # its pid may come again, for a process the keeper has not stopped
             run = self.run
             if run is not None:
                 run.peak_kib = max(run.peak_kib, usage.ru_maxrss)
@@ -771,7 +792,9 @@ class Keeper:
         finished = os.WIFEXITED(run.status) and os.WEXITSTATUS(run.status) in (0, 1)
         following.settimeout(snapshots.SNAPSHOT_TIMEOUT if finished else 0)
         try:
-            hello, _fds = receive(following)
+            hello, fds = receive(following)
+            for fd in fds:
+                os.close(fd)  # the command's process is a cell's: what it sends beside its word is not kept
         except (OSError, ValueError):
             hello = None
         pid = hello.get("pid") if isinstance(hello, dict) else None
@@ -840,7 +863,7 @@ class Keeper:
         facts = {"depth": depth, "rss": resident_of(state.pid if state else None)}
         if not keep and state is not None:
             # The dropped cell wrote what it liked into the state's shared memory: that stays.
-            facts["shared"] = state.shared
+            facts["shared"] = with_segments(state.shared)
         return facts
 
     def undo(self, count):
@@ -849,7 +872,7 @@ class Keeper:
         self.reap()
         current = self.chain.current() or self.chain.base
         # Later cells wrote what they liked into the restored state's shared memory: that stays.
-        shared = current.shared if undone and current is not None else {"count": 0}
+        shared = with_segments(current.shared) if undone and current is not None else {"count": 0}
         return {"undone": undone, "depth": len(self.chain.kept), "shared": shared}
 
     def stat(self):

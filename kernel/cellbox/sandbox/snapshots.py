@@ -312,6 +312,31 @@ def shared_mappings():
     return {"count": len(found), "bytes": sum(found.values()), "names": names[:8]}
 
 
+def detached_sysv_segments():
+    """``{"System V segment ID": bytes}`` of the session's System V shared memory segments no process maps.
+
+    From /proc/sysvipc/shm (proc(5); the session's own IPC namespace, which the
+    keeper shares, so it reads them itself): such a segment keeps what was
+    written to it for the whole session, whatever a stop or an undo takes back,
+    and no process's maps show it.  Empty when unreadable (no IPC namespace:
+    the filter refuses shmget).
+    """
+    found = {}
+    try:
+        with open("/proc/sysvipc/shm") as f:
+            lines = f.read().splitlines()[1:]
+    except OSError:
+        return found
+    for line in lines:
+        fields = line.split()  # key shmid perms size cpid lpid nattch ...
+        try:
+            if int(fields[6]) == 0:
+                found[f"System V segment {int(fields[1])}"] = int(fields[3])
+        except (IndexError, ValueError):
+            continue
+    return found
+
+
 def make_snapshot(fd, spare_fd=None):
     """Fork the next snapshot and the next run's spare from this finished command.
 
@@ -689,6 +714,9 @@ def process_state(pid):
 
 # Seconds a process the keeper stops may take to be stopped; one that is not by then is killed.
 STOP_TIMEOUT = 5.0
+# Pids the keeper stopped and took the stop report of (waitid(2) WSTOPPED): any later report of theirs is a
+# stop it did not make, so something continued them meanwhile (see Keeper.check_stopped).
+HELD: set[int] = set()
 
 
 def stop_process(pid):
@@ -714,6 +742,7 @@ def stop_process(pid):
             return None
         problem = stop_problem(pid)
         if problem is None:
+            take_stop_report(pid)
             return None
         if problem.startswith("it was traced") or time.monotonic() >= deadline:
             try:
@@ -755,6 +784,24 @@ def stop_problem(pid):
     return None
 
 
+def take_stop_report(pid):
+    """Take the report of the stop the keeper just made of ``pid`` (all its threads are in ``T``), and hold it.
+
+    The thread that completes a group stop sets the report before it takes state
+    ``T`` (kernel/signal.c, do_signal_stop), so a fresh stop's report is there
+    now.  One already held has none left to take: a report found for it is
+    another's stop, which :meth:`cellbox.sandbox.keeper.Keeper.check_stopped`
+    must see.
+    """
+    if pid in HELD:
+        return
+    try:
+        os.waitid(os.P_PID, pid, os.WSTOPPED | os.WNOHANG)
+    except ChildProcessError:
+        return  # not (yet) the keeper's child
+    HELD.add(pid)
+
+
 def continue_process(pid):
     """SIGCONT ``pid`` (the keeper's own continuing), and consume the ``continued`` report it makes (waitid(2)).
 
@@ -768,11 +815,13 @@ def continue_process(pid):
             not in a real group stop (:func:`stop_problem`; it is then killed), or it is gone.
     """
     try:
-        earlier = os.waitid(os.P_PID, pid, os.WCONTINUED | os.WNOHANG)
+        # A stop report of a held process is a stop after someone else's SIGCONT (it ran meanwhile).
+        earlier = os.waitid(os.P_PID, pid, os.WCONTINUED | (os.WSTOPPED if pid in HELD else 0) | os.WNOHANG)
     except ChildProcessError:
         earlier = None  # not (yet) the keeper's child: it reports to its parent
     if earlier is not None:
         raise OSError(0, "it was continued from outside the session (SIGCONT)")
+    HELD.discard(pid)
     problem = stop_problem(pid)
     if problem is not None:
         # Traced, or running already: whatever a cell left in it has run between cells.
