@@ -215,6 +215,39 @@ def test_digests_name_the_answer_without_showing_it() -> None:
     assert "ok" not in repr(digests) and "True" not in repr(digests)
 
 
+def test_sealed_hints_open_only_with_the_answer_they_explain() -> None:
+    kit = _load_lessonkit()
+    index, box = kit.seal("what_works", "plots", "a", "leaving matplotlib to pick a backend")
+    boxes = {index: box}
+    assert kit.unseal("what_works", "plots", "a", boxes, "no hint") == "leaving matplotlib to pick a backend"
+    assert kit.unseal("what_works", "plots", "b", boxes, "no hint") == "no hint"
+    assert kit.unseal("what_works", "secrets", "a", boxes, "no hint") == "no hint"
+    assert "matplotlib" not in repr(boxes) and "'a'" not in repr(boxes)
+    source = build.load(LESSONS / "src" / "lesson12.py")
+    check = _cell(source, "check-what_works").student
+    assert "matplotlib to pick" not in check and '("plots", "a")' not in check
+
+
+@pytest.mark.parametrize("lesson", LESSON_LIST, ids=lambda lesson: lesson.filename)
+def test_no_check_cell_shows_a_set_answer_or_hints_by_answer(lesson) -> None:  # type: ignore[no-untyped-def]
+    """A set answer is digests in its check cell, and hints keyed by (question, answer) are sealed: none of them,
+    read in passing, gives an answer away (by elimination either)."""
+    import itertools
+
+    for name in lesson.exercises:
+        source = _cell(lesson, f"check-{name}").student
+        assert not re.search(r"\(\s*['\"]\w+['\"]\s*,\s*['\"]\w+['\"]\s*\)\s*:", source), f"{name}: plain hints by answer"
+        solved: dict[str, Any] = {}
+        exec(_cell(lesson, f"exercise-{name}").solution, solved)
+        answer = solved[name]() if name in solved and not solved[name].__code__.co_argcount else None
+        if not isinstance(answer, set) or len(answer) > 4:
+            continue
+        for order in itertools.permutations(sorted(answer)):
+            for quote in ("'", '"'):
+                shown = "{" + ", ".join(f"{quote}{key}{quote}" for key in order) + "}"
+                assert shown not in source, f"{lesson.filename} check-{name} shows {shown}"
+
+
 @pytest.mark.parametrize("lesson", LESSON_LIST, ids=lambda lesson: lesson.filename)
 def test_no_check_cell_shows_the_answers_of_its_exercise(lesson) -> None:  # type: ignore[no-untyped-def]
     """A "predict" exercise's answers are digests in its check cell; no check prints what the student should say."""

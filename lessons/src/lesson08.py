@@ -76,6 +76,9 @@ del pool   # shut down: later cells do not need it
 """)
 
 md("""
+(Under the cellbox kernel the count before is 1: each cell runs in a process of its own, forked with only the
+thread that runs the cell, while the kernel's own threads stay in the kernel. The pool adds its thread all the same.)
+
 So write code that is safe with threads, whether or not you started one.
 
 ## 2. The fix: a launcher that `exec`s

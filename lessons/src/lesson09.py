@@ -57,8 +57,9 @@ del normal, nicest, proc   # both have ended; later cells do not need them
 
 md("""
 When both run at the same niceness (as they do inside a cellbox cell, where everything is already at 19), they
-share the CPU about equally. Otherwise the normal one gets nearly all of it: the nice one only runs when nobody
-else wants the CPU.
+share the CPU about equally: about half a second each on an idle machine, much less on a busy one, where every
+process of a lower niceness goes first. Otherwise the normal one gets nearly all of it: the nice one only runs when
+nobody else wants the CPU.
 
 ## 3. Disk priority: `ionice -c 3`
 
@@ -77,6 +78,9 @@ else:
 """)
 
 md("""
+Under the cellbox kernel all three say `idle`: the kernel already runs every cell in the idle class, as it runs
+them at niceness 19. Elsewhere the first line says `none: prio 0` (no class chosen, so the default).
+
 Both settings are **inherited**: a child started by a nice, idle process is nice and idle too, and it cannot make
 itself greedier again without privilege.
 

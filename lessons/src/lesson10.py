@@ -71,7 +71,7 @@ with open(os.path.join(project, "pyproject.toml"), "w") as pyproject:
 with open(os.path.join(project, "backend.py"), "w") as backend:
     backend.write("import os\\n"
             "with open(os.path.expanduser('~/i-was-here.txt'), 'w') as note:\\n"
-            "    note.write(f'the build backend ran and saw {len(os.environ)} environment variables')\\n"
+            "    note.write('the build backend ran and saw the environment variables ' + ' '.join(sorted(os.environ)))\\n"
             "def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):\\n"
             "    raise RuntimeError('this project builds nothing: it only wanted to run')\\n")
 del pyproject, backend   # both files are closed; later cells do not need them
@@ -96,8 +96,10 @@ print(open(os.path.join(home, "i-was-here.txt")).read())
 """)
 
 md("""
-The backend ran, with our user's rights. It only saw the few variables we allowed, and wrote into a home directory
-we are about to delete. Without the scrubbing it would have written into *your* home and seen *your* tokens; without
+The backend ran, with our user's rights. It saw only the three variables we allowed (`PATH`, `HOME`, `TMPDIR`) and
+those Python and pip add for a build (`LC_CTYPE`, `PEP517_BACKEND_PATH`, `PEP517_BUILD_BACKEND`,
+`PIP_BUILD_TRACKER`, `PYTHONNOUSERSITE`, `PYTHONPATH`), none of ours, and wrote into a home directory we are about
+to delete. Without the scrubbing it would have written into *your* home and seen *your* tokens; without
 limits it could have spun, slept or allocated forever. **The install is part of the untrusted run.**
 """)
 

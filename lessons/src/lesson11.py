@@ -314,12 +314,12 @@ def what_counts():
 
 check("what_counts", f"""
 ANSWERS = {hashed("what_counts", {"source": "b", "forged": "b"})}
-WHY = {{
+WHY = {sealed("what_counts", {
     ("source", "a"): "trusting a report file the submission can write: it can write one saying anything",
     ("source", "c"): "exit 0 is necessary, not sufficient: os._exit(0) fakes it",
     ("forged", "a"): "trusting a report file the submission can write: only the grader's channel counts",
     ("forged", "c"): "what proves that the tests ran at all, or that they failed?",
-}}
+})}
 
 def test():
     guesses = what_counts()
@@ -330,7 +330,7 @@ def test():
         expect(got in QUESTIONS[key][1], f"{{key}}: {{got!r}} is not one of the letters {{sorted(QUESTIONS[key][1])}}")
     for key in wrong_keys("what_counts", guesses, ANSWERS):
         got = guesses[key]
-        raise Feedback(f"{{key}}: {{got}} ({{QUESTIONS[key][1][got]}}) does not hold: {{WHY.get((key, got), 'read the question again')}}")
+        raise Feedback(f"{{key}}: {{got}} ({{QUESTIONS[key][1][got]}}) does not hold: {{unseal('what_counts', key, got, WHY, 'read the question again')}}")
     return "evidence comes from the grader's own channel, or there is none"
 check("what_counts", test)
 """)

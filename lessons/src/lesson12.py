@@ -90,7 +90,10 @@ else:
 
 md("""
 Inside the new namespace, even `127.0.0.1` is another machine's loopback, with nobody listening (or, where user
-namespaces are not allowed, `unshare` itself fails and says so: report it, never skip it silently).
+namespaces are not allowed, `unshare` itself fails and says so: report it, never skip it silently). Under the
+cellbox kernel you see the second case, `unshare failed: No space left on device`: the session's sandbox
+(bubblewrap's `--disable-userns`) lets no cell make a user namespace of its own, and ENOSPC is how Linux says that
+the count of user namespaces is at its limit. The session already runs in namespaces of its own.
 
 ## 4. Getting results out
 
@@ -347,7 +350,8 @@ answers("""
 
 * Only itself: `ps ax` lists one or two processes (`ps` as pid 1, or the shell and `ps`), because a new PID
   namespace with its own `/proc` (`--mount-proc`) shows only its own processes. Where user namespaces are not
-  allowed, `unshare` fails with "Operation not permitted".
+  allowed, `unshare` fails with "Operation not permitted", or under the cellbox kernel with "No space left on
+  device" (a cell may make no user namespace).
 * For example `landlock,lockdown,yama,...` when Landlock is on. The ABI version, from Python:
   `ctypes.CDLL(None, use_errno=True).syscall(444, None, 0, 1)` (444 is `landlock_create_ruleset`, 1 is
   `LANDLOCK_CREATE_RULESET_VERSION`) returns the version (a small number that grows with new kernels), or -1 when

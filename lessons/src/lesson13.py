@@ -394,14 +394,14 @@ def what_next():
 
 check("what_next", f"""
 ANSWERS = {hashed("what_next", {"second_line": "b", "thread": "b", "stopped": "b"})}
-WHY = {{
+WHY = {sealed("what_next", {
     ("second_line", "a"): "putting %%limits anywhere but the first line: it is a cell magic, read on the first line only",
     ("second_line", "c"): "putting %%limits anywhere but the first line: it is a cell magic, read on the first line only",
     ("thread", "a"): "keeping a thread for the next cell: what ends when a cell's process ends?",
     ("thread", "c"): "names carry to later cells (t is there); ask what happens to the thread itself",
     ("stopped", "a"): "raising limits instead of fixing the loop: does i ever grow?",
     ("stopped", "c"): "the kernel lives on after a stopped cell; look at the loop: does i ever grow?",
-}}
+})}
 
 def test():
     guesses = what_next()
@@ -412,7 +412,7 @@ def test():
         expect(got in QUESTIONS[key][1], f"{{key}}: {{got!r}} is not one of the letters {{sorted(QUESTIONS[key][1])}}")
     for key in wrong_keys("what_next", guesses, ANSWERS):
         got = guesses[key]
-        raise Feedback(f"{{key}}: {{got}} ({{QUESTIONS[key][1][got]}}) is not what happens: {{WHY.get((key, got), 'read the question again')}}")
+        raise Feedback(f"{{key}}: {{got}} ({{QUESTIONS[key][1][got]}}) is not what happens: {{unseal('what_next', key, got, WHY, 'read the question again')}}")
     return "first line for %%limits, nothing but names between cells, and a loop to fix"
 check("what_next", test)
 """)
