@@ -1975,6 +1975,39 @@ MISTAKES += [
             cpu="int(limits['cpu_time']) * 2"), "drop the fraction"),
 ]
 
+# Lessons 7 and 13 again, with wrong answers not tried before: SIGTERM to the group (a program may ignore it), no
+# group of its own, a status looked up with [] (KeyError for a run that hit no limit), sizes in decimal units.
+_TREE_7 = """
+    import os, signal, subprocess, sys
+    def run_tree(code, wall):
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE{session})
+        try:
+            proc.communicate(timeout=wall)
+            status = "ok" if proc.returncode == 0 else "error"
+        except subprocess.TimeoutExpired:
+            status = "timed_out"
+        finally:
+            try:
+                os.killpg(proc.pid, signal.{signal})
+            except ProcessLookupError:
+                pass
+            proc.communicate()
+        return status
+    """
+MISTAKES += [
+    Mistake(7, "run_tree", "sigterm-to-the-group", _TREE_7.format(session=", start_new_session=True", signal="SIGTERM"),
+            "which a program may catch or ignore"),
+    Mistake(7, "run_tree", "no-group-of-its-own", _TREE_7.format(session="", signal="SIGKILL"),
+            "not in a process group of its own"),
+    Mistake(13, "limit_hit", "lookup-with-brackets", """
+        def limit_hit(outcome):
+            return {"timed_out": "wall_time", "cpu_limit": "cpu_time", "memory_limit": "memory",
+                    "output_limit": "output"}[outcome["status"]]
+        """, "look the status up with .get()"),
+    Mistake(13, "limits_line", "decimal-megabytes", _LINE.format(wall="limits['wall_time'] * 2:g",
+            cpu="limits['cpu_time'] * 2:g").replace("(1024 * 1024)", "1000000"), "expected '%%limits memory=512M'"),
+]
+
 # Every wrong answer's check cell and hidden tests run once per session, each in a fork of one warm worker
 # (tests/forkruns.py), in the order of the tests, a few at a time (most of them wait on children and clocks, not on
 # the CPU); each test then reads its own results.  A fork keeps what a wrong answer does to its process (setrlimit,

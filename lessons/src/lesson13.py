@@ -294,7 +294,11 @@ def test():
     for status, wanted in [("ok", None), ("error", None), ("crashed", None), ("interrupted", None),
                            ("cpu_limit", "cpu_time"), ("timed_out", "wall_time"), ("memory_limit", "memory"),
                            ("output_limit", "output")]:
-        got = limit_hit(outcome(status))
+        try:
+            got = limit_hit(outcome(status))
+        except KeyError as error:
+            raise Feedback(f"for a run with status {status!r} limit_hit raised KeyError {error}: a run that hit no limit "
+                           "gives None, so look the status up with .get()") from None
         if got != wanted and got in given.values() and got is not None:
             same = next(other for other, answer in given.items() if answer == got)
             raise Feedback(f"limit_hit gave {got!r} for both {same!r} and {status!r}: comparing statuses with `in` "
