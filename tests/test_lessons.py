@@ -1999,6 +1999,9 @@ MISTAKES += [
             "which a program may catch or ignore"),
     Mistake(7, "run_tree", "no-group-of-its-own", _TREE_7.format(session="", signal="SIGKILL"),
             "not in a process group of its own"),
+    Mistake(11, "verdict", "only-pytests-own-codes-never-ran",
+            _VERDICT.format(**{**_RIGHT, "never_ran": "exit_code in (2, 3, 4, 5) or exit_code < 0"}),
+            "exit 6 (a status pytest never gives)"),
     Mistake(13, "limit_hit", "lookup-with-brackets", """
         def limit_hit(outcome):
             return {"timed_out": "wall_time", "cpu_limit": "cpu_time", "memory_limit": "memory",
