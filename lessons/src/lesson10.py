@@ -131,7 +131,9 @@ check("fresh_venv", """
 def test():
     where = os.path.join(tempfile.mkdtemp(prefix="lesson10-check-"), "env")
     try:
-        python = fresh_venv(where)
+        with deadline(12, "fresh_venv took more than 12 s for one venv: is pip going in (ensurepip)? make it without "
+                      "pip (with_pip=False, or --without-pip), which takes a fraction of a second"):
+            python = fresh_venv(where)
         expect(isinstance(python, str) and os.path.exists(python), f"fresh_venv returned {python!r}, which does not exist")
         said = subprocess.run([python, "-c", ask], capture_output=True, text=True, timeout=30).stdout.split("\\n")
         expect(os.path.realpath(said[0]) == os.path.realpath(where), f"that python's sys.prefix is {said[0]!r}, not the new venv")
@@ -146,7 +148,8 @@ def test():
                              capture_output=True, text=True, timeout=30).stdout
         expect(pip == "True", "the new venv has pip in it: make it without pip (with_pip=False, or --without-pip), "
                "which takes a fraction of a second instead of several")
-        other = fresh_venv(where + "-second")
+        with deadline(12, "fresh_venv took more than 12 s for a second venv: make it without pip"):
+            other = fresh_venv(where + "-second")
         expect(other != python and os.path.exists(other), f"a second task got {other!r}: every task needs its own fresh venv at its own path")
     finally:
         shutil.rmtree(os.path.dirname(where), ignore_errors=True)
