@@ -236,7 +236,8 @@ def test_no_check_cell_shows_a_set_answer_or_hints_by_answer(lesson) -> None:  #
 
     for name in lesson.exercises:
         source = _cell(lesson, f"check-{name}").student
-        assert not re.search(r"\(\s*['\"]\w+['\"]\s*,\s*['\"]\w+['\"]\s*\)\s*:", source), f"{name}: plain hints by answer"
+        plain_hint = re.search(r"\(\s*['\"]\w+['\"]\s*,\s*['\"]\w+['\"]\s*\)\s*:", source)
+        assert not plain_hint, f"{lesson.filename} check-{name} holds plain hints by answer: {plain_hint}"
         solved: dict[str, Any] = {}
         exec(_cell(lesson, f"exercise-{name}").solution, solved)
         answer = solved[name]() if name in solved and not solved[name].__code__.co_argcount else None
@@ -1514,8 +1515,10 @@ MISTAKES += [
             "RLIMIT_AS is in bytes"),
     Mistake(8, "launcher_command", "drops-argv0", _launch_8(exec_args="sys.argv[3], sys.argv[4:]"),
             "lost its first word"),
-    Mistake(8, "launcher_command", "joined-then-split", _launch_8(exec_args="sys.argv[3].split()[0], sys.argv[3].split()",
-            given="str(memory), str(cpu), ' '.join(argv)"), "never joined into one string"),
+    Mistake(8, "launcher_command", "joined-then-split",
+            _launch_8(exec_args="sys.argv[3].split()[0], sys.argv[3].split()",
+                      given="str(memory), str(cpu), ' '.join(argv)"),
+            "never joined into one string"),
     Mistake(8, "launcher_command", "through-a-shell", _launch_8(exec_args="'sh', ['sh', '-c', ' '.join(sys.argv[3:])]"),
             "through a shell"),
     Mistake(
@@ -1548,8 +1551,9 @@ MISTAKES += [
         """,
         "changed this notebook's own limits",
     ),
-    Mistake(8, "unsafe_with_threads", "the-launcher-is-unsafe", "def unsafe_with_threads():\n    return {'a', 'e', 'f'}\n",
-            "the launcher's Python runs after exec", _WAYS_8),
+    Mistake(8, "unsafe_with_threads", "the-launcher-is-unsafe",
+            "def unsafe_with_threads():\n    return {'a', 'e', 'f'}\n", "the launcher's Python runs after exec",
+            _WAYS_8),
     Mistake(8, "unsafe_with_threads", "sessions-are-python", "def unsafe_with_threads():\n    return set('abcf')\n",
             "start_new_session is done by subprocess's C code", _WAYS_8),
     Mistake(8, "unsafe_with_threads", "a-list", "def unsafe_with_threads():\n    return ['a', 'f']\n", "not list",
@@ -1590,8 +1594,9 @@ MISTAKES += [
             '"d": "10"}\n', "an int", 'CASES = dict.fromkeys("abcd")\n'),
     Mistake(9, "predict_niceness", "the-shell-starts-afresh", 'def predict_niceness():\n    return {"a": 10, "b": 19, '
             '"c": 3, "d": 10}\n', "the shell inherits", 'CASES = dict.fromkeys("abcd")\n'),
-    Mistake(9, "predict_niceness", "nice-alone-is-19", 'def predict_niceness():\n    return {"a": 10, "b": 19, "c": 13, '
-            '"d": 19}\n', "without -n", 'CASES = dict.fromkeys("abcd")\n'),
+    Mistake(9, "predict_niceness", "nice-alone-is-19",
+            'def predict_niceness():\n    return {"a": 10, "b": 19, "c": 13, "d": 19}\n', "without -n",
+            'CASES = dict.fromkeys("abcd")\n'),
 ]
 
 _FRESH_RUN = """
@@ -1613,8 +1618,9 @@ MISTAKES += [
         """,
         "without pip",  # "has pip in it", or on a busy machine "took more than 12 s ... without pip"
     ),
-    Mistake(10, "fresh_venv", "path-only", "import os\ndef fresh_venv(path):\n    return os.path.join(str(path), 'bin', "
-            "'python')\n", "which does not exist"),
+    Mistake(10, "fresh_venv", "path-only",
+            "import os\ndef fresh_venv(path):\n    return os.path.join(str(path), 'bin', 'python')\n",
+            "which does not exist"),
     Mistake(10, "runs_project_code", "build-forgotten", "def runs_project_code():\n    return {'d', 'f'}\n",
             "building calls the project's build backend too", 'STEPS = dict.fromkeys("abcdef")\n'),
     Mistake(10, "runs_project_code", "tests-forgotten", "def runs_project_code():\n    return {'d', 'e'}\n",
@@ -1689,7 +1695,8 @@ MISTAKES += [
             "read by this notebook's own process"),
     Mistake(12, "read_small_file", "path-pasted-into-the-code", _READ.format(body="""
         code = f"import base64, sys; sys.stdout.write(base64.b64encode(open('{path}', 'rb').read()).decode())"
-        return base64.b64decode(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout)"""),
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        return base64.b64decode(done.stdout)"""),
             "pass the path to the child as an argument"),
     Mistake(12, "read_small_file", "eval-of-a-repr", _READ.format(body="""
         code = "import sys; print(repr(open(sys.argv[1], 'rb').read()))"
@@ -1705,7 +1712,8 @@ MISTAKES += [
             "decode the base64"),
     Mistake(12, "read_small_file", "latin-1-text", _READ.format(body="""
         code = "import sys; sys.stdout.write(open(sys.argv[1], 'rb').read().decode('latin-1'))"
-        return subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True).stdout.encode('latin-1')"""),
+        done = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True)
+        return done.stdout.encode('latin-1')"""),
             "text mode turns"),
     Mistake(12, "what_works", "a-deadline-stops-reading", 'def what_works():\n    return {"secrets": "d", '
             '"results": "b", "plots": "b"}\n', "a deadline limits time", QUESTIONS_12),

@@ -128,8 +128,9 @@ md("""
 ## 3. Exercise: `launcher_command`
 
 Write `launcher_command(argv, memory, cpu)` returning the argument list that starts a launcher (Python with `-c`
-and your own launcher source) which sets `RLIMIT_AS` to `memory` bytes and `RLIMIT_CPU` to `cpu` seconds (hard
-limit one more) and then execs `argv`. Do not use `preexec_fn`.
+and your own launcher source) which sets `RLIMIT_AS` to `memory` bytes (soft and hard, so the command cannot raise
+it again) and `RLIMIT_CPU` to `cpu` seconds (hard limit one more) and then execs `argv`, every word of it as it is.
+Do not use `preexec_fn`.
 """)
 
 exercise("launcher_command", """
@@ -274,6 +275,9 @@ md("""
 * **`os.execv` with a bare name.** `execv` needs a path; `execvp` looks the name up on `PATH`.
 * **`preexec_fn=os.setsid`.** Still a Python-level call between fork and exec; `start_new_session=True` does the
   same in C (the second exercise).
+* **Joining `argv` into one string** (to split it again, to run it through `sh -c`, or to paste it into the
+  launcher's source). A word with a space or a quote in it breaks; pass the words as arguments, as they are.
+* **A soft limit only.** A process may raise its soft limit up to its hard one: set both.
 
 ## Try this next
 

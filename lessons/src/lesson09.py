@@ -223,6 +223,9 @@ md("""
 * **`os.nice(19)` in the notebook.** That makes *you* nice, for good: you cannot lower it again without privilege.
 * **Counting on `ionice` everywhere.** Some systems lack it, and some I/O schedulers ignore the classes; check and
   report instead of failing (the check runs your `courteous` with no `ionice` on `PATH`).
+* **`nice -n -19`.** A negative niceness is *greedier*, not nicer (and needs privilege); the nicest is `+19`.
+* **Trusting what the child reports.** Under the cellbox kernel everything already runs at 19 and idle, so a command
+  without `nice` or `ionice` looks right there; the check also reads the command itself.
 
 ## Try this next
 

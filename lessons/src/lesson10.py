@@ -212,8 +212,8 @@ md("""
 ## 6. Exercise: one task, one venv, then none
 
 Write `run_in_fresh_venv(code)`: make a new task directory with `tempfile.mkdtemp()`, a fresh venv inside it (your
-`fresh_venv`), run `code` with that venv's Python, and return what it printed on stdout. Delete the task directory
-before returning, also when the code fails (a `finally`).
+`fresh_venv`), run `code` with that venv's Python, and return what it printed on stdout, as it was printed. Delete
+the whole task directory before returning, also when something goes wrong on the way (a `finally`).
 """)
 
 exercise("run_in_fresh_venv", """
@@ -281,7 +281,9 @@ md("""
   installed in your environment.
 * **Installing outside the sandbox "because pip is trusted".** pip is; the project's `setup.py` or build backend is
   not (the second exercise).
-* **Forgetting to delete it.** A few hundred tasks a day fill a disk (the third exercise).
+* **Forgetting to delete it.** A few hundred tasks a day fill a disk (the third exercise). Deleting only the venv
+  leaves the task directory behind; deleting it after the run but outside a `finally` leaves it all behind when the
+  run raises.
 
 ## Try this next
 

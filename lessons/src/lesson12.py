@@ -322,6 +322,9 @@ md("""
 * **Leaving matplotlib to pick a backend.** It picks from its configuration and the environment; a GUI backend with
   no screen fails or hangs. Set `MPLBACKEND=Agg` (the third exercise).
 * **Reading 137 as "error 137".** It is a signal (`128 + 9`, SIGKILL): find out who sent it (the first exercise).
+  And not every status above 128 is one: `255` is `128 + 127`, and no signal has the number 127.
+* **Pasting a path into the child's code.** A quote in the path breaks the code (or changes it); pass the path as
+  an argument (`sys.argv`) (the second exercise).
 
 ## Try this next
 
