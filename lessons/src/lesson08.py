@@ -155,7 +155,11 @@ import resource
 
 def ran(command):
     \"\"\"stdout of command, or Feedback saying how the launcher failed.\"\"\"
-    result = subprocess.run(command, capture_output=True, text=True, timeout=10)
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        raise Feedback(f"the command {command[-3:]} was still running after 10 s: does the launcher wait for "
+                       "something instead of exec'ing argv?") from None
     said = result.stderr.strip().splitlines()
     last = said[-1] if said else f"nothing on stderr, status {result.returncode}"
     expect(result.returncode == 0 or result.stdout, f"the command failed before printing anything ({last!r}): "
@@ -209,7 +213,13 @@ def test():
         expect(hint is None, f"with memory={memory // MB} MB and cpu={cpu} s: {hint}")
     proc = subprocess.Popen(launcher_command([sys.executable, "-c", "import os; print(os.getpid())"], 256 * MB, 3),
                             stdout=subprocess.PIPE, text=True)
-    said = proc.communicate(timeout=10)[0].strip()
+    try:
+        said = proc.communicate(timeout=10)[0].strip()
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise Feedback("the command was still running after 10 s: does the launcher wait for something instead of "
+                       "exec'ing argv?") from None
     expect(said == str(proc.pid), f"the command ran as pid {said}, not as the launcher ({proc.pid}): "
            "exec it with os.execvp instead of starting it with subprocess or os.system")
     return "limits set by a launcher, then exec: no Python between fork and exec"
