@@ -227,7 +227,7 @@ def test():
     expect(got == "unverified", f"exit 1 with evidence of only one of two tests gave {got!r}: incomplete evidence "
            "is 'unverified' before anything is 'failed' (rule order)")
     meaning = {2: "interrupted or a collection error", 3: "an internal error", 4: "a usage error",
-               5: "nothing collected", 6: "a status pytest never gives", -9: "killed by a signal",
+               5: "nothing collected", -9: "killed by a signal", 6: "a status pytest never gives",
                137: "killed by SIGKILL, as a shell reports it"}
     for code, what in meaning.items():
         for evidence in ({}, passed, failed):
