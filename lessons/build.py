@@ -14,6 +14,9 @@ Each lesson is written once, as ``lessons/src/lessonNN.py``: a script of calls t
 * ``answers(text)``: a Markdown cell in the solutions notebook only: the answers to "Try this next".
 * ``hashed(name, answers)``: the source of a dict ``{key: digest}`` of the answers of a "predict" exercise, for its
   check cell: the check compares digests (lessonkit.digest), so reading the cell gives no answer away.
+* ``sealed(name, hints)``: the source of a dict of hints ``{(key, wrong answer): text}``, each sealed with its wrong
+  answer (lessonkit.seal): the check shows one with lessonkit.unseal once the student gave that answer, and reading
+  the cell tells neither which answers are wrong (no answer found by elimination) nor what the hints say.
 
 The build writes two notebooks per lesson: ``lessons/NN-slug.ipynb`` for students and
 ``lessons/solutions/NN-slug.ipynb`` with the solutions filled in.  Both are nbformat 4, carry the ``cellbox``
@@ -149,17 +152,26 @@ def load(path: Path) -> Lesson:
     def hashed(name: str, answers: dict) -> str:
         return "{" + ", ".join(f"{key!r}: {digest(name, key, value)!r}" for key, value in answers.items()) + "}"
 
+    def sealed(name: str, hints: dict) -> str:
+        boxes = (kit()["seal"](name, key, value, text) for (key, value), text in hints.items())
+        return "{" + ", ".join(f"{index!r}: {box!r}" for index, box in boxes) + "}"
+
     namespace = {"lesson": lesson, "md": md, "code": code, "exercise": exercise, "check": check, "answers": answers,
-                 "hashed": hashed, "__file__": str(path)}
+                 "hashed": hashed, "sealed": sealed, "__file__": str(path)}
     exec(compile(path.read_text(), str(path), "exec"), namespace)
     return current()
 
 
+def kit() -> dict:
+    """lessonkit.py's names, read from the file the notebooks embed, so the build and the checks never disagree."""
+    names: dict = {}
+    exec(compile((HERE / "lessonkit.py").read_text(), "lessonkit.py", "exec"), names)
+    return names
+
+
 def digest(exercise: str, key: str, value: object) -> str:
-    """lessonkit.digest of one answer (the same function, read from lessonkit.py, so the two never disagree)."""
-    kit: dict = {}
-    exec(compile((HERE / "lessonkit.py").read_text(), "lessonkit.py", "exec"), kit)
-    return kit["digest"](exercise, key, value)
+    """lessonkit.digest of one answer."""
+    return kit()["digest"](exercise, key, value)
 
 
 def notebook(lesson: Lesson, solutions: bool) -> nbformat.NotebookNode:

@@ -82,6 +82,32 @@ def wrong_keys(exercise, guesses, digests):
     return [key for key in digests if digest(exercise, key, guesses.get(key)) != digests[key]]
 
 
+def _keystream(exercise, key, value, size):
+    seed = f"{exercise}|{key}|{value!r}|hint".encode()
+    blocks = (_hashlib.sha256(seed + n.to_bytes(4, "big")).digest() for n in range(size // 32 + 1))
+    return b"".join(blocks)[:size]
+
+
+def seal(exercise, key, value, hint):
+    """``(index, box)``: ``hint`` (str) for the answer ``value`` to ``key``, readable only with that answer.
+
+    The index is a digest of the answer and the box the hint's UTF-8 XORed with a SHA-256 stream of it, so a check
+    cell holding boxes shows neither which answers have a hint nor what a hint says (lessons/build.py's sealed).
+    """
+    data = hint.encode()
+    box = bytes(a ^ b for a, b in zip(data, _keystream(exercise, key, value, len(data))))
+    return digest(exercise, f"hint:{key}", value), box.hex()
+
+
+def unseal(exercise, key, value, boxes, default):
+    """The hint ``boxes`` (from ``seal``) holds for the answer ``value`` to ``key``, or ``default`` (str)."""
+    box = boxes.get(digest(exercise, f"hint:{key}", value))
+    if box is None:
+        return default
+    data = bytes.fromhex(box)
+    return bytes(a ^ b for a, b in zip(data, _keystream(exercise, key, value, len(data)))).decode()
+
+
 def _hint(name, error):
     """One sentence for an exception a student's function often raises, or None."""
     text = _str(error)

@@ -39,10 +39,11 @@ def _kill(pid):
 
 
 def _daemon_code(pid_file, child_sleeps):
+    # The grandchild ignores SIGTERM, as a program may: only SIGKILL ends it for sure.
     return (
         "import subprocess, sys, time\n"
-        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
-        " stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "time.sleep(60)'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
         f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
         f"time.sleep({child_sleeps})\n"
     )

@@ -55,6 +55,12 @@ def test_fresh_venv_two_tasks_are_separate(nb):
     assert _said(second, "import importlib.util; print(importlib.util.find_spec('leftover') is None)") == "True"
 
 
+def test_fresh_venv_has_no_pip(nb):
+    # Without pip it takes a fraction of a second; ensurepip takes several.
+    python = nb.fresh_venv(os.path.join(submission_tmp_path(), "env"))
+    assert _said(python, "import importlib.util; print(importlib.util.find_spec('pip') is None)") == "True"
+
+
 def test_runs_project_code(nb):
     assert nb.runs_project_code() == {"d", "e", "f"}
 
@@ -72,8 +78,29 @@ def test_run_in_fresh_venv_uses_a_new_venv_each_time_and_deletes_it(nb):
     first, second = nb.run_in_fresh_venv(prefix).strip(), nb.run_in_fresh_venv(prefix).strip()
     assert first and second and first != second
     assert not exists(first) and not exists(second)
+    # The task directory around the venv goes too (unless the venv was the task directory itself).
+    tmp = submission_module("tempfile").gettempdir()
+    for task in (os.path.dirname(first), os.path.dirname(second)):
+        assert task == tmp or not exists(task)
 
 
 def test_run_in_fresh_venv_deletes_it_when_the_code_fails(nb):
     failed = nb.run_in_fresh_venv("import sys; print(sys.prefix); raise SystemExit(3)").strip()
     assert failed and not submission_module("os").path.exists(failed)
+
+
+def test_run_in_fresh_venv_returns_stdout_alone_as_printed(nb):
+    assert nb.run_in_fresh_venv("import sys; print('out'); print('err', file=sys.stderr)") == "out\n"
+
+
+def test_run_in_fresh_venv_deletes_it_when_it_raises_itself(nb):
+    # Output that is not UTF-8 makes a text=True run raise in the notebook's process, after the venv was made.
+    marker = os.path.join(submission_tmp_path(), "prefix.txt")
+    code = f"import os, sys; open({marker!r}, 'w').write(sys.prefix); os.write(1, bytes([255]))"
+    try:
+        nb.run_in_fresh_venv(code)
+    except Exception:
+        pass
+    path = submission_module("pathlib").Path(marker)
+    prefix = path.read_text() if path.exists() else ""
+    assert prefix and not submission_module("os").path.exists(prefix)

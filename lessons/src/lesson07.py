@@ -264,10 +264,15 @@ def grandchild_pid(pid_file):
     return None
 
 def parent_of(pid_file, child_sleeps, holds_pipe):
-    \"\"\"Source of a child that starts a grandchild sleeping 20 s (on the child's pipes, or not), writes its pid.\"\"\"
+    \"\"\"Source of a child that starts a grandchild sleeping 20 s (on the child's pipes, or not), writes its pid.
+
+    The grandchild lives through SIGTERM (as a program may) and notes it in pid_file + ".term".\"\"\"
     quiet = "" if holds_pipe else ", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL"
+    grandchild = ("import signal, time\\n"
+                  f"signal.signal(signal.SIGTERM, lambda *_: open({pid_file + '.term'!r}, 'w').write('TERM'))\\n"
+                  "time.sleep(20)\\n")
     return ("import subprocess, sys, time\\n"
-            f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(20)']{quiet})\\n"
+            f"p = subprocess.Popen([sys.executable, '-c', {grandchild!r}]{quiet})\\n"
             f"open({pid_file!r}, 'w').write(str(p.pid))\\n"
             f"time.sleep({child_sleeps})\\n")
 
@@ -284,6 +289,11 @@ CASES = [  # (child sleeps, grandchild holds the pipe, wanted, if run_tree hangs
 ]
 
 def test():
+    leader = os.path.join(tempfile.mkdtemp(), "leader")
+    got = run_tree(f"import os; open({leader!r}, 'w').write(str(os.getpgid(0) == os.getpid()))", 5)
+    expect(os.path.exists(leader) and open(leader).read() == "True", "the child is not in a process group of its own: "
+           "start it with start_new_session=True; without it the child is in this notebook's group, where "
+           "os.killpg(proc.pid, ...) finds no group of that number (and a kill of os.getpgid(proc.pid) would end this notebook)")
     got = run_tree("print('hi')", 5)
     expect(got == "ok", f"a quick child gave {got!r}, expected 'ok'")
     for status in (1, 3, 4):
@@ -299,10 +309,18 @@ def test():
     for child_sleeps, holds_pipe, wanted, if_hung, if_alive in CASES:
         pid_file = os.path.join(tempfile.mkdtemp(), "pid")
         try:
-            with deadline(6, f"run_tree was still waiting 5 s after a 1 s deadline: {if_hung}"):
-                got = run_tree(parent_of(pid_file, child_sleeps, holds_pipe), 1)
+            try:
+                with deadline(6, f"run_tree was still waiting 5 s after a 1 s deadline: {if_hung}"):
+                    got = run_tree(parent_of(pid_file, child_sleeps, holds_pipe), 1)
+            except Feedback:
+                if os.path.exists(pid_file + ".term"):
+                    raise Feedback("run_tree was still waiting after the deadline: it sent SIGTERM, which a program "
+                                   "may catch or ignore (this grandchild did, and kept the pipe open): send SIGKILL") from None
+                raise
             time.sleep(0.2)
             pid = grandchild_pid(pid_file)
+            expect(pid is None or not alive(pid) or not os.path.exists(pid_file + ".term"), "the grandchild was still alive "
+                   "after run_tree sent it SIGTERM, which a program may catch or ignore (this one did): send SIGKILL")
             expect(pid is None or not alive(pid), if_alive)
         finally:
             pid = grandchild_pid(pid_file)

@@ -76,6 +76,9 @@ del pool   # shut down: later cells do not need it
 """)
 
 md("""
+(Under the cellbox kernel the count before is 1: each cell runs in a process of its own, forked with only the
+thread that runs the cell, while the kernel's own threads stay in the kernel. The pool adds its thread all the same.)
+
 So write code that is safe with threads, whether or not you started one.
 
 ## 2. The fix: a launcher that `exec`s
@@ -125,8 +128,9 @@ md("""
 ## 3. Exercise: `launcher_command`
 
 Write `launcher_command(argv, memory, cpu)` returning the argument list that starts a launcher (Python with `-c`
-and your own launcher source) which sets `RLIMIT_AS` to `memory` bytes and `RLIMIT_CPU` to `cpu` seconds (hard
-limit one more) and then execs `argv`. Do not use `preexec_fn`.
+and your own launcher source) which sets `RLIMIT_AS` to `memory` bytes (soft and hard, so the command cannot raise
+it again) and `RLIMIT_CPU` to `cpu` seconds (hard limit one more) and then execs `argv`, every word of it as it is.
+Do not use `preexec_fn`.
 """)
 
 exercise("launcher_command", """
@@ -147,21 +151,75 @@ def launcher_command(argv, memory, cpu):
 """)
 
 check("launcher_command", """
+import resource
+
+def ran(command):
+    \"\"\"stdout of command, or Feedback saying how the launcher failed.\"\"\"
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        raise Feedback(f"the command {command[-3:]} was still running after 10 s: does the launcher wait for "
+                       "something instead of exec'ing argv?") from None
+    said = result.stderr.strip().splitlines()
+    last = said[-1] if said else f"nothing on stderr, status {result.returncode}"
+    expect(result.returncode == 0 or result.stdout, f"the command failed before printing anything ({last!r}): "
+           + ("the launcher's source does not parse: pass argv as its arguments (sys.argv), never pasted into the source"
+              if "SyntaxError" in last else "setrlimit refused a value: is the soft limit above the hard one?"
+              if "ValueError" in last else "os.execv needs a path, not a bare name like echo: use os.execvp"
+              if "FileNotFoundError" in last else "argv went through a shell, which reads quotes and spaces: exec argv "
+              "itself, never through a shell" if last.startswith("sh:") else "a process with so little address space "
+              "cannot even start: RLIMIT_AS is in bytes, so pass memory as it is, and as memory, not as cpu"
+              if not said or "MemoryError" in last or "Cannot allocate memory" in last
+              else "run it by hand and read its stderr"))
+    return result.stdout
+
+def limits_hint(seen, memory, cpu):
+    as_soft, as_hard, cpu_soft, cpu_hard = seen
+    infinity = resource.RLIM_INFINITY
+    if as_soft == infinity and cpu_soft == infinity:
+        return "the command saw no limit at all: set the limits before exec (nothing of the launcher runs after a successful exec)"
+    if as_soft == infinity:
+        return "the command saw no RLIMIT_AS: set RLIMIT_AS (the address space, not RLIMIT_DATA or RLIMIT_RSS) before exec"
+    if {as_soft, as_hard} & {memory // MB, memory // 1024, cpu}:
+        return "RLIMIT_AS is in bytes, and memory comes first: pass memory, then cpu, each to its own limit"
+    if as_soft != memory:
+        return f"the command's RLIMIT_AS was {as_soft} bytes instead of the {memory} asked for"
+    if as_hard != memory:
+        return "the hard RLIMIT_AS was left above the soft one, so the command may raise its own limit again: set (memory, memory)"
+    if cpu_soft != cpu:
+        return f"the command's soft RLIMIT_CPU was {cpu_soft} instead of the {cpu} s asked for"
+    if cpu_hard != cpu + 1:
+        return ("the hard CPU limit should be one second above the soft one, (cpu, cpu + 1): then SIGXCPU comes first and "
+                "SIGKILL a second later")
+    return None
+
 def test():
+    mine = [resource.getrlimit(which) for which in (resource.RLIMIT_AS, resource.RLIMIT_CPU)]
     command = launcher_command(["echo", "hi"], 256 * MB, 3)
+    expect([resource.getrlimit(which) for which in (resource.RLIMIT_AS, resource.RLIMIT_CPU)] == mine,
+           "launcher_command changed this notebook's own limits: only build the command here; the launcher, in the child, sets them")
     expect(isinstance(command, list) and all(isinstance(a, str) for a in command),
            "launcher_command should return a list of strings, ready for subprocess.run")
-    result = subprocess.run(command, capture_output=True, text=True, timeout=10)
-    expect(result.stdout == "hi\\n", f"running ['echo', 'hi'] printed {result.stdout!r} {result.stderr[-200:]!r}: "
-           "exec argv at the end, with os.execvp (os.execv needs a path, not a bare name like echo)")
-    probe = "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0], *resource.getrlimit(resource.RLIMIT_CPU))"
-    result = subprocess.run(launcher_command([sys.executable, "-c", probe], 256 * MB, 3), capture_output=True, text=True, timeout=10)
-    expect(result.stdout.split() == [str(256 * MB), "3", "4"],
-           f"the command saw RLIMIT_AS, RLIMIT_CPU soft and hard = {result.stdout.split()}, expected {256 * MB}, 3, 4: "
-           "set the limits before exec (nothing of the launcher runs after a successful exec)")
+    words = ["echo", "it's", "two  words"]
+    said = ran(launcher_command(words, 256 * MB, 3))
+    expect(said != "two  words\\n", "the command lost its first word: exec the whole argv, os.execvp(argv[0], argv) "
+           "(argv[0], the program's own name, is part of it)")
+    expect(said == "it's two  words\\n", f"running {words} printed {said!r}: pass each word of argv to exec as it is, "
+           "never joined into one string and split again (nor through a shell)")
+    probe = "import resource as r; print(*r.getrlimit(r.RLIMIT_AS), *r.getrlimit(r.RLIMIT_CPU))"
+    for memory, cpu in ((300 * MB, 7), (256 * MB, 3)):
+        seen = [int(word) for word in ran(launcher_command([sys.executable, "-c", probe], memory, cpu)).split()]
+        hint = limits_hint(seen, memory, cpu)
+        expect(hint is None, f"with memory={memory // MB} MB and cpu={cpu} s: {hint}")
     proc = subprocess.Popen(launcher_command([sys.executable, "-c", "import os; print(os.getpid())"], 256 * MB, 3),
                             stdout=subprocess.PIPE, text=True)
-    said = proc.communicate(timeout=10)[0].strip()
+    try:
+        said = proc.communicate(timeout=10)[0].strip()
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise Feedback("the command was still running after 10 s: does the launcher wait for something instead of "
+                       "exec'ing argv?") from None
     expect(said == str(proc.pid), f"the command ran as pid {said}, not as the launcher ({proc.pid}): "
            "exec it with os.execvp instead of starting it with subprocess or os.system")
     return "limits set by a launcher, then exec: no Python between fork and exec"
@@ -195,20 +253,25 @@ def unsafe_with_threads():
     ### END SOLUTION
 """)
 
-check("unsafe_with_threads", """
-WHY = {"a": "preexec_fn runs your Python function in the child before exec",
-       "b": "start_new_session is done by subprocess's C code between fork and exec",
-       "c": "process_group is done by subprocess's C code between fork and exec",
-       "d": "env and cwd are applied by subprocess's C code",
-       "e": "the launcher's Python runs after exec, in a fresh interpreter with one thread",
-       "f": "preexec_fn=os.setsid still calls a Python-level function in the child: use start_new_session=True"}
+check("unsafe_with_threads", f"""
+ANSWERS = {hashed("unsafe_with_threads", {key: key in {"a", "f"} for key in "abcdef"})}
+WHY = {sealed("unsafe_with_threads", {
+    ("a", False): "preexec_fn runs your Python function in the child before exec",
+    ("b", True): "start_new_session is done by subprocess's C code between fork and exec",
+    ("c", True): "process_group is done by subprocess's C code between fork and exec",
+    ("d", True): "env and cwd are applied by subprocess's C code",
+    ("e", True): "the launcher's Python runs after exec, in a fresh interpreter with one thread",
+    ("f", False): "preexec_fn=os.setsid still calls a Python-level function in the child: use start_new_session=True",
+})}
 
 def test():
     guess = unsafe_with_threads()
-    expect(isinstance(guess, set), f"unsafe_with_threads() should return a set of keys, not {type(guess).__name__}")
-    for key in sorted(WAYS):
-        wanted = key in {"a", "f"}
-        expect((key in guess) == wanted, f"{key} ({WAYS[key]}) is {'unsafe' if wanted else 'safe'}: {WHY[key]}")
+    expect(isinstance(guess, set), f"unsafe_with_threads() should return a set of keys, not {{type(guess).__name__}}")
+    unknown = sorted(map(repr, guess - set(WAYS)))
+    expect(not unknown, f"{{', '.join(unknown)}} are not keys of WAYS: answer with the letters a to f")
+    for key in wrong_keys("unsafe_with_threads", {{key: key in guess for key in WAYS}}, ANSWERS):
+        truth = "safe" if key in guess else "unsafe"
+        raise Feedback(f"{{key}} ({{WAYS[key]}}) is {{truth}} after all: {{unseal('unsafe_with_threads', key, key in guess, WHY, '')}}")
     return "only preexec_fn runs Python between fork and exec"
 check("unsafe_with_threads", test)
 """)
@@ -222,6 +285,9 @@ md("""
 * **`os.execv` with a bare name.** `execv` needs a path; `execvp` looks the name up on `PATH`.
 * **`preexec_fn=os.setsid`.** Still a Python-level call between fork and exec; `start_new_session=True` does the
   same in C (the second exercise).
+* **Joining `argv` into one string** (to split it again, to run it through `sh -c`, or to paste it into the
+  launcher's source). A word with a space or a quote in it breaks; pass the words as arguments, as they are.
+* **A soft limit only.** A process may raise its soft limit up to its hard one: set both.
 
 ## Try this next
 

@@ -71,7 +71,7 @@ with open(os.path.join(project, "pyproject.toml"), "w") as pyproject:
 with open(os.path.join(project, "backend.py"), "w") as backend:
     backend.write("import os\\n"
             "with open(os.path.expanduser('~/i-was-here.txt'), 'w') as note:\\n"
-            "    note.write(f'the build backend ran and saw {len(os.environ)} environment variables')\\n"
+            "    note.write('the build backend ran and saw the environment variables ' + ' '.join(sorted(os.environ)))\\n"
             "def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):\\n"
             "    raise RuntimeError('this project builds nothing: it only wanted to run')\\n")
 del pyproject, backend   # both files are closed; later cells do not need them
@@ -96,8 +96,10 @@ print(open(os.path.join(home, "i-was-here.txt")).read())
 """)
 
 md("""
-The backend ran, with our user's rights. It only saw the few variables we allowed, and wrote into a home directory
-we are about to delete. Without the scrubbing it would have written into *your* home and seen *your* tokens; without
+The backend ran, with our user's rights. It saw only the three variables we allowed (`PATH`, `HOME`, `TMPDIR`) and
+those Python and pip add for a build (`LC_CTYPE`, `PEP517_BACKEND_PATH`, `PEP517_BUILD_BACKEND`,
+`PIP_BUILD_TRACKER`, `PYTHONNOUSERSITE`, `PYTHONPATH`), none of ours, and wrote into a home directory we are about
+to delete. Without the scrubbing it would have written into *your* home and seen *your* tokens; without
 limits it could have spun, slept or allocated forever. **The install is part of the untrusted run.**
 """)
 
@@ -129,14 +131,25 @@ check("fresh_venv", """
 def test():
     where = os.path.join(tempfile.mkdtemp(prefix="lesson10-check-"), "env")
     try:
-        python = fresh_venv(where)
+        with deadline(12, "fresh_venv took more than 12 s for one venv: is pip going in (ensurepip)? make it without "
+                      "pip (with_pip=False, or --without-pip), which takes a fraction of a second"):
+            python = fresh_venv(where)
         expect(isinstance(python, str) and os.path.exists(python), f"fresh_venv returned {python!r}, which does not exist")
         said = subprocess.run([python, "-c", ask], capture_output=True, text=True, timeout=30).stdout.split("\\n")
         expect(os.path.realpath(said[0]) == os.path.realpath(where), f"that python's sys.prefix is {said[0]!r}, not the new venv")
         config = open(os.path.join(where, "pyvenv.cfg")).read().replace(" ", "").lower()
         expect(said[1].endswith("False") and "include-system-site-packages=true" not in config,
                "the new environment sees packages installed outside it: don't use system_site_packages")
-        other = fresh_venv(where + "-second")
+        same = f"import sys; print(sys.version_info[:2] == {tuple(sys.version_info[:2])!r}, end='')"
+        expect(subprocess.run([python, "-c", same], capture_output=True, text=True, timeout=30).stdout == "True",
+               "the new venv runs another Python version than this notebook: make it with this notebook's own interpreter "
+               "(venv.create, or sys.executable -m venv)")
+        pip = subprocess.run([python, "-c", "import importlib.util; print(importlib.util.find_spec('pip') is None, end='')"],
+                             capture_output=True, text=True, timeout=30).stdout
+        expect(pip == "True", "the new venv has pip in it: make it without pip (with_pip=False, or --without-pip), "
+               "which takes a fraction of a second instead of several")
+        with deadline(12, "fresh_venv took more than 12 s for a second venv: make it without pip"):
+            other = fresh_venv(where + "-second")
         expect(other != python and os.path.exists(other), f"a second task got {other!r}: every task needs its own fresh venv at its own path")
     finally:
         shutil.rmtree(os.path.dirname(where), ignore_errors=True)
@@ -171,20 +184,26 @@ def runs_project_code():
     ### END SOLUTION
 """)
 
-check("runs_project_code", """
-WHY = {"a": "creating a venv copies and links our interpreter's files, nothing of the project",
-       "b": "copying files reads them, it never runs them",
-       "c": "parsing TOML reads data, it never runs it",
-       "d": "pip install calls the project's build backend, which is the project's code: it belongs in the sandbox",
-       "e": "building calls the project's build backend too",
-       "f": "the tests import the project, which runs its code"}
+check("runs_project_code", f"""
+ANSWERS = {hashed("runs_project_code", {key: key in {"d", "e", "f"} for key in "abcdef"})}
+WHY = {sealed("runs_project_code", {
+    ("a", True): "creating a venv copies and links our interpreter's files, nothing of the project",
+    ("b", True): "copying files reads them, it never runs them",
+    ("c", True): "parsing TOML reads data, it never runs it",
+    ("d", False): "pip install calls the project's build backend, which is the project's code: it belongs in the sandbox",
+    ("e", False): "building calls the project's build backend too",
+    ("f", False): "the tests import the project, which runs its code",
+})}
 
 def test():
     guess = runs_project_code()
-    expect(isinstance(guess, set), f"runs_project_code() should return a set of keys, not {type(guess).__name__}")
-    for key in sorted(STEPS):
-        wanted = key in {"d", "e", "f"}
-        expect((key in guess) == wanted, f"{key} ({STEPS[key]}) {'runs' if wanted else 'does not run'} the project's code: {WHY[key]}")
+    expect(isinstance(guess, set), f"runs_project_code() should return a set of keys, not {{type(guess).__name__}}")
+    unknown = sorted(map(repr, guess - set(STEPS)))
+    expect(not unknown, f"{{', '.join(unknown)}} are not keys of STEPS: answer with the letters a to f")
+    for key in wrong_keys("runs_project_code", {{key: key in guess for key in STEPS}}, ANSWERS):
+        truth = "does not run" if key in guess else "runs"
+        raise Feedback(f"{{key}} ({{STEPS[key]}}) {{truth}} the project's code after all: "
+                       f"{{unseal('runs_project_code', key, key in guess, WHY, '')}}")
     return "the install is part of the untrusted run"
 check("runs_project_code", test)
 """)
@@ -193,8 +212,8 @@ md("""
 ## 6. Exercise: one task, one venv, then none
 
 Write `run_in_fresh_venv(code)`: make a new task directory with `tempfile.mkdtemp()`, a fresh venv inside it (your
-`fresh_venv`), run `code` with that venv's Python, and return what it printed on stdout. Delete the task directory
-before returning, also when the code fails (a `finally`).
+`fresh_venv`), run `code` with that venv's Python, and return what it printed on stdout, as it was printed. Delete
+the whole task directory before returning, also when something goes wrong on the way (a `finally`).
 """)
 
 exercise("run_in_fresh_venv", """
@@ -213,17 +232,42 @@ def run_in_fresh_venv(code):
 """)
 
 check("run_in_fresh_venv", """
+def left_in(folder):
+    return sorted(os.listdir(folder))
+
 def test():
     prefix = "import sys; print(sys.prefix)"
-    first, second = run_in_fresh_venv(prefix).strip(), run_in_fresh_venv(prefix).strip()
-    expect(first and first != sys.prefix, f"the code ran with sys.prefix {first!r}, not in a new venv: use fresh_venv's python")
-    expect(first != second, f"two runs shared the venv {first}: reusing one venv lets one submission change it "
-           "for all the others; make a fresh one per call")
-    expect(not os.path.exists(first), f"{first} still exists after the run: forgetting to delete the venv, "
-           "a few hundred tasks a day fill a disk; remove the task directory")
-    failed = run_in_fresh_venv(prefix + "; raise SystemExit(3)").strip()
-    expect(failed and not os.path.exists(failed), f"{failed or 'the venv'} was left behind by code that failed: "
-           "delete the task directory in a finally")
+    scratch = tempfile.mkdtemp(prefix="lesson10-check-")
+    saved, tempfile.tempdir = tempfile.tempdir, scratch   # where tempfile.mkdtemp() makes the task directories now
+    try:
+        first = run_in_fresh_venv(prefix)
+        expect(isinstance(first, str), f"run_in_fresh_venv returned a {type(first).__name__}: return what the code printed "
+               "on stdout, as a str (text=True)")
+        first, second = first.strip(), run_in_fresh_venv(prefix).strip()
+        expect(first and first != sys.prefix, f"the code ran with sys.prefix {first!r}, not in a new venv: use fresh_venv's python")
+        expect(first != second, f"two runs shared the venv {first}: reusing one venv lets one submission change it "
+               "for all the others; make a fresh one per call")
+        expect(not os.path.exists(first), f"{first} still exists after the run: forgetting to delete the venv, "
+               "a few hundred tasks a day fill a disk; remove the task directory")
+        expect(not left_in(scratch), f"the runs left {left_in(scratch)} in the temporary folder: remove the whole task "
+               "directory, not only the venv inside it")
+        mixed = run_in_fresh_venv("import sys; print('out'); print('err', file=sys.stderr)")
+        expect(mixed == "out\\n", f"for code printing 'out' on stdout and 'err' on stderr it returned {mixed!r}: "
+               "return stdout alone, as it was printed")
+        failed = run_in_fresh_venv(prefix + "; raise SystemExit(3)").strip()
+        expect(failed and not os.path.exists(failed), f"{failed or 'the venv'} was left behind by code that failed: "
+               "delete the task directory in a finally")
+        marker = os.path.join(scratch, "prefix.txt")
+        try:   # output that is not UTF-8: with text=True, run_in_fresh_venv itself raises UnicodeDecodeError
+            run_in_fresh_venv(f"import os, sys; open({marker!r}, 'w').write(sys.prefix); os.write(1, bytes([255]))")
+        except Exception:
+            pass
+        raised = open(marker).read() if os.path.exists(marker) else ""
+        expect(raised and not os.path.exists(raised), f"{raised or 'the venv'} was left behind when run_in_fresh_venv "
+               "itself raised (the code printed bytes that are not UTF-8): delete the task directory in a finally")
+    finally:
+        tempfile.tempdir = saved
+        shutil.rmtree(scratch, ignore_errors=True)
     return "each task gets its own venv, and leaves nothing behind"
 check("run_in_fresh_venv", test)
 """)
@@ -237,7 +281,9 @@ md("""
   installed in your environment.
 * **Installing outside the sandbox "because pip is trusted".** pip is; the project's `setup.py` or build backend is
   not (the second exercise).
-* **Forgetting to delete it.** A few hundred tasks a day fill a disk (the third exercise).
+* **Forgetting to delete it.** A few hundred tasks a day fill a disk (the third exercise). Deleting only the venv
+  leaves the task directory behind; deleting it after the run but outside a `finally` leaves it all behind when the
+  run raises.
 
 ## Try this next
 

@@ -227,7 +227,8 @@ def test():
     expect(got == "unverified", f"exit 1 with evidence of only one of two tests gave {got!r}: incomplete evidence "
            "is 'unverified' before anything is 'failed' (rule order)")
     meaning = {2: "interrupted or a collection error", 3: "an internal error", 4: "a usage error",
-               5: "nothing collected", -9: "killed by a signal"}
+               5: "nothing collected", -9: "killed by a signal", 6: "a status pytest never gives",
+               137: "killed by SIGKILL, as a shell reports it"}
     for code, what in meaning.items():
         for evidence in ({}, passed, failed):
             got = verdict(code, both, evidence)
@@ -314,12 +315,12 @@ def what_counts():
 
 check("what_counts", f"""
 ANSWERS = {hashed("what_counts", {"source": "b", "forged": "b"})}
-WHY = {{
+WHY = {sealed("what_counts", {
     ("source", "a"): "trusting a report file the submission can write: it can write one saying anything",
     ("source", "c"): "exit 0 is necessary, not sufficient: os._exit(0) fakes it",
     ("forged", "a"): "trusting a report file the submission can write: only the grader's channel counts",
     ("forged", "c"): "what proves that the tests ran at all, or that they failed?",
-}}
+})}
 
 def test():
     guesses = what_counts()
@@ -330,7 +331,7 @@ def test():
         expect(got in QUESTIONS[key][1], f"{{key}}: {{got!r}} is not one of the letters {{sorted(QUESTIONS[key][1])}}")
     for key in wrong_keys("what_counts", guesses, ANSWERS):
         got = guesses[key]
-        raise Feedback(f"{{key}}: {{got}} ({{QUESTIONS[key][1][got]}}) does not hold: {{WHY.get((key, got), 'read the question again')}}")
+        raise Feedback(f"{{key}}: {{got}} ({{QUESTIONS[key][1][got]}}) does not hold: {{unseal('what_counts', key, got, WHY, 'read the question again')}}")
     return "evidence comes from the grader's own channel, or there is none"
 check("what_counts", test)
 """)

@@ -90,7 +90,10 @@ else:
 
 md("""
 Inside the new namespace, even `127.0.0.1` is another machine's loopback, with nobody listening (or, where user
-namespaces are not allowed, `unshare` itself fails and says so: report it, never skip it silently).
+namespaces are not allowed, `unshare` itself fails and says so: report it, never skip it silently). Under the
+cellbox kernel you see the second case, `unshare failed: No space left on device`: the session's sandbox
+(bubblewrap's `--disable-userns`) lets no cell make a user namespace of its own, and ENOSPC is how Linux says that
+the count of user namespaces is at its limit. The session already runs in namespaces of its own.
 
 ## 4. Getting results out
 
@@ -173,12 +176,31 @@ def signal_name(returncode):
 """)
 
 check("signal_name", """
+def hint(code, wanted, got):
+    \"\"\"What is wrong with signal_name(code) == got, when wanted was right.\"\"\"
+    if wanted is None:
+        return (f"signal_name({code}) gave {got!r}, expected None: {code} is a normal exit status (0 to 128, or no such "
+                "signal above 128), no signal")
+    if got is None and code > 128:
+        return f"signal_name({code}) gave None: reading {code} as \\"error {code}\\", but a shell's {code} is 128 + {code - 128}, a signal ({wanted})"
+    if got is None:
+        return f"signal_name({code}) gave None: Python's negative return code {code} means killed by signal {-code} ({wanted})"
+    if isinstance(got, int):
+        return f"signal_name({code}) gave the number {got!r}: return the signal's name, signal.Signals(number).name"
+    return f"signal_name({code}) gave {got!r}, expected {wanted!r}: the exact name, signal.Signals(number).name"
+
 def test():
-    for code, wanted in [(-9, "SIGKILL"), (137, "SIGKILL"), (-11, "SIGSEGV"), (139, "SIGSEGV"), (0, None), (1, None)]:
-        got = signal_name(code)
-        expect(got is not None or code <= 128, f"signal_name({code}) gave None: reading {code} as \\"error {code}\\", "
-               f"but a shell's {code} is 128 + {code - 128}, a signal ({wanted})")
-        expect(got == wanted, f"signal_name({code}) gave {got!r}, expected {wanted!r}")
+    cases = [(-9, "SIGKILL"), (137, "SIGKILL"), (-11, "SIGSEGV"), (139, "SIGSEGV"), (-15, "SIGTERM"), (143, "SIGTERM"),
+             (-24, "SIGXCPU"), (152, "SIGXCPU"), (-6, "SIGABRT"), (130, "SIGINT"),
+             (0, None), (1, None), (2, None), (126, None), (127, None), (128, None), (255, None)]
+    for code, wanted in cases:
+        try:
+            got = signal_name(code)
+        except ValueError as error:
+            raise Feedback(f"signal_name({code}) raised ValueError ({error}): "
+                           + (f"{code} - 128 = {code - 128} is no signal, return None" if code > 128 else
+                              "0 is no signal: a status up to 128 is a normal exit, return None")) from None
+        expect(got == wanted and type(got) is type(wanted), hint(code, wanted, got))
     return "137 means SIGKILL, wherever it comes from"
 check("signal_name", test)
 """)
@@ -201,18 +223,36 @@ def read_small_file(path):
 """)
 
 check("read_small_file", """
-import tempfile
+import builtins, pickle, tempfile
+
+def refuse(*args, **kwargs):
+    raise Feedback("read_small_file ran what the child printed as Python (eval or pickle.loads), which runs code "
+                   "the child chose: decode base64 text with base64.b64decode, it only ever gives bytes")
 
 def test():
     data = bytes(range(256)) * 4
-    with tempfile.NamedTemporaryFile(delete=False) as f:
+    folder = tempfile.mkdtemp(prefix="it's a folder ")   # a quote and spaces in the path
+    path = os.path.join(folder, "data.bin")
+    with open(path, "wb") as f:
         f.write(data)
+    saved = builtins.eval, builtins.exec, pickle.loads
+    builtins.eval = builtins.exec = pickle.loads = refuse
     try:
-        got = read_small_file(f.name)
+        got = read_small_file(path)
+        stat = read_small_file("/proc/self/stat")   # each process reads its own pid there
     finally:
-        os.remove(f.name)
+        builtins.eval, builtins.exec, pickle.loads = saved
+        os.remove(path)
+        os.rmdir(folder)
     expect(isinstance(got, bytes), f"read_small_file should return bytes, not {type(got).__name__}: decode the base64")
-    expect(got == data, f"got {len(got)} bytes back instead of the file's {len(data)}: encode in the child, decode here")
+    expect(got or not data, f"got nothing back for a file in {folder!r}: pass the path to the child as an argument "
+           "(sys.argv), never pasted into its code, where a quote breaks it")
+    expect(len(got) == len(data), f"got {len(got)} bytes back instead of the file's {len(data)}: encode in the child, decode here")
+    expect(got == data, "got as many bytes back as the file has, but not the same ones (text mode turns \\\\r into \\\\n, a "
+           "decoding changes others): encode in the child with base64, decode here")
+    expect(isinstance(stat, bytes) and stat.split()[:1] != [str(os.getpid()).encode()],
+           "the file was read by this notebook's own process, not by a child: open it in the child and carry the "
+           "bytes out on its stdout")
     return "binary data crosses the process boundary as plain text"
 check("read_small_file", test)
 """)
@@ -248,7 +288,7 @@ def what_works():
 
 check("what_works", f"""
 ANSWERS = {hashed('what_works', {"secrets": "c", "results": "b", "plots": "b"})}
-WHY = {{
+WHY = {sealed("what_works", {
     ("secrets", "a"): "believing rlimits protect your files: a limit counts files, it never asks which",
     ("secrets", "b"): "believing rlimits protect your files: RLIMIT_FSIZE limits writing, reading is untouched",
     ("secrets", "d"): "a deadline limits time, not access: one second is plenty to read a file",
@@ -256,7 +296,7 @@ WHY = {{
     ("results", "c"): "eval of what a child sends runs its code: take JSON",
     ("plots", "a"): "leaving matplotlib to pick a backend: with no screen a GUI backend fails or hangs, set MPLBACKEND=Agg",
     ("plots", "c"): "DISPLAY names a screen the child cannot (and should not) reach: set MPLBACKEND=Agg",
-}}
+})}
 
 def test():
     guesses = what_works()
@@ -267,7 +307,7 @@ def test():
         expect(got in QUESTIONS[key][1], f"{{key}}: {{got!r}} is not one of the letters {{sorted(QUESTIONS[key][1])}}")
     for key in wrong_keys("what_works", guesses, ANSWERS):
         got = guesses[key]
-        raise Feedback(f"{{key}}: {{got}} ({{QUESTIONS[key][1][got]}}) does not work: {{WHY.get((key, got), 'read the question again')}}")
+        raise Feedback(f"{{key}}: {{got}} ({{QUESTIONS[key][1][got]}}) does not work: {{unseal('what_works', key, got, WHY, 'read the question again')}}")
     return "limits say how much; users, Landlock, JSON and Agg say what"
 check("what_works", test)
 """)
@@ -282,6 +322,9 @@ md("""
 * **Leaving matplotlib to pick a backend.** It picks from its configuration and the environment; a GUI backend with
   no screen fails or hangs. Set `MPLBACKEND=Agg` (the third exercise).
 * **Reading 137 as "error 137".** It is a signal (`128 + 9`, SIGKILL): find out who sent it (the first exercise).
+  And not every status above 128 is one: `255` is `128 + 127`, and no signal has the number 127.
+* **Pasting a path into the child's code.** A quote in the path breaks the code (or changes it); pass the path as
+  an argument (`sys.argv`) (the second exercise).
 
 ## Try this next
 
@@ -310,7 +353,8 @@ answers("""
 
 * Only itself: `ps ax` lists one or two processes (`ps` as pid 1, or the shell and `ps`), because a new PID
   namespace with its own `/proc` (`--mount-proc`) shows only its own processes. Where user namespaces are not
-  allowed, `unshare` fails with "Operation not permitted".
+  allowed, `unshare` fails with "Operation not permitted", or under the cellbox kernel with "No space left on
+  device" (a cell may make no user namespace).
 * For example `landlock,lockdown,yama,...` when Landlock is on. The ABI version, from Python:
   `ctypes.CDLL(None, use_errno=True).syscall(444, None, 0, 1)` (444 is `landlock_create_ruleset`, 1 is
   `LANDLOCK_CREATE_RULESET_VERSION`) returns the version (a small number that grows with new kernels), or -1 when

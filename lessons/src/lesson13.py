@@ -294,7 +294,11 @@ def test():
     for status, wanted in [("ok", None), ("error", None), ("crashed", None), ("interrupted", None),
                            ("cpu_limit", "cpu_time"), ("timed_out", "wall_time"), ("memory_limit", "memory"),
                            ("output_limit", "output")]:
-        got = limit_hit(outcome(status))
+        try:
+            got = limit_hit(outcome(status))
+        except KeyError as error:
+            raise Feedback(f"for a run with status {status!r} limit_hit raised KeyError {error}: a run that hit no limit "
+                           "gives None, so look the status up with .get()") from None
         if got != wanted and got in given.values() and got is not None:
             same = next(other for other, answer in given.items() if answer == got)
             raise Feedback(f"limit_hit gave {got!r} for both {same!r} and {status!r}: comparing statuses with `in` "
@@ -394,14 +398,14 @@ def what_next():
 
 check("what_next", f"""
 ANSWERS = {hashed("what_next", {"second_line": "b", "thread": "b", "stopped": "b"})}
-WHY = {{
+WHY = {sealed("what_next", {
     ("second_line", "a"): "putting %%limits anywhere but the first line: it is a cell magic, read on the first line only",
     ("second_line", "c"): "putting %%limits anywhere but the first line: it is a cell magic, read on the first line only",
     ("thread", "a"): "keeping a thread for the next cell: what ends when a cell's process ends?",
     ("thread", "c"): "names carry to later cells (t is there); ask what happens to the thread itself",
     ("stopped", "a"): "raising limits instead of fixing the loop: does i ever grow?",
     ("stopped", "c"): "the kernel lives on after a stopped cell; look at the loop: does i ever grow?",
-}}
+})}
 
 def test():
     guesses = what_next()
@@ -412,7 +416,7 @@ def test():
         expect(got in QUESTIONS[key][1], f"{{key}}: {{got!r}} is not one of the letters {{sorted(QUESTIONS[key][1])}}")
     for key in wrong_keys("what_next", guesses, ANSWERS):
         got = guesses[key]
-        raise Feedback(f"{{key}}: {{got}} ({{QUESTIONS[key][1][got]}}) is not what happens: {{WHY.get((key, got), 'read the question again')}}")
+        raise Feedback(f"{{key}}: {{got}} ({{QUESTIONS[key][1][got]}}) is not what happens: {{unseal('what_next', key, got, WHY, 'read the question again')}}")
     return "first line for %%limits, nothing but names between cells, and a loop to fix"
 check("what_next", test)
 """)
