@@ -463,16 +463,21 @@ def sibling_fork():
 def own_snapshot_problem(session_fds):
     """Why this finished command may not become its own snapshot, or ``None`` when it may.
 
-    It may when it has one thread, no children, and no fd that reaches its
-    memory from its spare (a ``/proc/PID/mem``, an anonymous inode not in
-    :data:`SAFE_ANON_INODES`), or could carry one to it (a socket other than
-    ``session_fds``, whose queue may hold fds in flight).  A fork gives the old
-    way's snapshot a memory of its own, which none of these reach.  Only a
-    choice of way: the keeper checks the stop itself (one task, a real group
-    stop, TracerPid 0).
+    It may when it has one thread, is not traced, has no children, and no fd
+    that reaches its memory from its spare (a ``/proc/PID/mem``, an anonymous
+    inode not in :data:`SAFE_ANON_INODES`) or could carry one to it (a socket
+    other than ``session_fds``, whose queue may hold fds in flight): a fork
+    gives the old way's snapshot a memory of its own, which none of these
+    reach.  A cell that registered fork handlers of its own
+    (:data:`atfork.registered`) keeps the old way too, where they run in the
+    processes they ran in before.  Only a choice of way: the keeper checks the
+    stop itself (one task, a real group stop, TracerPid 0, no children).
     """
     if TID_OFFSET is None:
         return "no sibling fork"
+    if atfork.registered != atfork.at_base:
+        # Its own fork handlers ran in a command that ended and in a snapshot that is a child: so they still do.
+        return "fork handlers"
     try:
         with open("/proc/self/status") as f:
             fields = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
@@ -841,6 +846,7 @@ def start_base(sock, config):
         # No Landlock layer: the session's runs still may not signal or trace the keeper.
         problem = signal_scope_problem()
     warmed = warm(config.get("warm"))
+    atfork.at_base = atfork.registered
     try:
         os.setpriority(os.PRIO_PROCESS, 0, max(SNAPSHOT_NICE, os.getpriority(os.PRIO_PROCESS, 0)))
     except OSError:
