@@ -2,13 +2,15 @@
 
 Runs every notebook in ``benchmarks/notebooks/`` (small notebooks in the style
 of public teaching material: a Python tour, NumPy basics, plotting, errors and
-magics) through nbclient under the ``cellbox`` kernel and ipykernel's
+magics, and two long lectures of 120 and 110 one-line cells, written after the
+scientific-python-lectures' Lecture-1 and Lecture-2, where the per-cell cost
+shows) through nbclient under the ``cellbox`` kernel and ipykernel's
 ``python3``, in turn, ``--rounds`` times each, in a fresh folder each run.
 For each notebook it prints:
 
 * **identical**: cells whose outputs are the same under both kernels, after
   normalising what differs by nature (object addresses, timings, PNG bytes,
-  the folder's path);
+  the folder's path, how a stream's text was cut into messages);
 * **time**: the median of the whole notebook's run (kernel start included),
   and the ratio against ipykernel.
 
@@ -65,7 +67,10 @@ def normalised(outputs: list[Any], folder: str) -> list[Any]:
     seen = []
     for output in outputs:
         kind = output["output_type"]
-        if kind == "stream":
+        if kind == "stream" and seen and seen[-1][:2] == (kind, output["name"]):
+            # A frontend shows consecutive writes to one stream as one text, however the kernel cut them.
+            seen[-1] = (kind, output["name"], seen[-1][2] + clean(output["text"], folder))
+        elif kind == "stream":
             seen.append((kind, output["name"], clean(output["text"], folder)))
         elif kind in ("execute_result", "display_data"):
             data = output.get("data", {})

@@ -31,6 +31,10 @@ import os
 _register_at_fork = os.register_at_fork
 # True while the chain forks (chain_fork): a registered cache clear waits.
 chain_forking = False
+# Handlers registered through register_at_fork other than cache clears, and how many of them the session's
+# base snapshot had: a cell that registered more keeps its snapshot a fork (snapshots.own_snapshot_problem).
+registered = 0
+at_base = 0
 
 
 def is_cache_clear(handler):
@@ -46,7 +50,10 @@ def register_at_fork(**handlers):
     ``before``, ``after_in_child``, ``after_in_parent``; ``TypeError`` when none
     is given or one is not callable).
     """
+    global registered
     clear = handlers.get("after_in_child")
+    if not (clear is not None and is_cache_clear(clear) and len(handlers) == 1):
+        registered += 1
     if clear is not None and is_cache_clear(clear):
 
         def after_in_child():

@@ -198,6 +198,11 @@ class Run:
         self.next_cpu_check = time.monotonic() + CPU_CHECK
         self.refusals_before = None
         self.snapshot_error = None  # why the finished command left no snapshot, in its own words
+        # A command that stopped as its own snapshot (snapshots.become_own_snapshot): its word on the snapshot,
+        # whether its stop failed the keeper's checks, and (CPU seconds, peak KiB) read from /proc at the stop.
+        self.hello = None
+        self.refused = False
+        self.own_usage = None
 
     @staticmethod
     def children_cpu():
@@ -300,6 +305,8 @@ class Keeper:
             if self.run is not None and self.run.control_fd in ready:
                 self.on_control()
             self.reap()
+            if self.run is not None and self.run.status is None and self.run.following is not None:
+                self.own_snapshot()
             if self.run is not None and self.run.status is not None:
                 self.end_run()
             if self.sock in ready and not self.on_request():
@@ -340,7 +347,7 @@ class Keeper:
             reply = {"error": f"unknown request {op!r}"}
         send_json(self.sock, reply)
         if op in ("settle", "undo"):
-            self.make_spare()  # after the reply: while the kernel answers its client
+            self.make_spare()
         return True
 
     # ---------------------------------------------------------------- runs
@@ -516,17 +523,23 @@ class Keeper:
         run's notes say so), and, between runs, everything it started.
         """
         woken = set()
-        while True:
-            try:
-                # A stop report of a process the keeper holds stopped: it was continued and stopped itself
-                # again (which clears the continued report), so it ran between cells (snapshots.HELD).
-                report = os.waitid(os.P_ALL, 0, os.WCONTINUED | os.WSTOPPED | os.WNOHANG)
-            except ChildProcessError:
-                break
-            if report is None:
-                break
-            if report.si_code == os.CLD_CONTINUED or report.si_pid in snapshots.HELD:
-                woken.add(report.si_pid)
+        # Only the reports of what the keeper holds: the running command's own stop is its end when it becomes
+        # its own snapshot (own_snapshot), and is not this look's to take.
+        held_pids = {snap.pid for snap in [*self.chain.snapshots(), self.chain.pending] if snap is not None}
+        if self.spare is not None:
+            held_pids.add(self.spare.pid)
+        for pid in held_pids:
+            for _ in range(4):  # a child has one report pending at a time; a few looks take them all
+                try:
+                    # A stop report of a process the keeper holds stopped: it was continued and stopped itself
+                    # again (which clears the continued report), so it ran between cells (snapshots.HELD).
+                    report = os.waitid(os.P_PID, pid, os.WCONTINUED | os.WSTOPPED | os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if report is None:
+                    break
+                if report.si_code == os.CLD_CONTINUED or pid in snapshots.HELD:
+                    woken.add(pid)
         if not woken:
             return
         if self.spare is not None and self.spare.pid in woken:
@@ -720,7 +733,7 @@ class Keeper:
             run = self.run
             if run is not None:
                 run.peak_kib = max(run.peak_kib, usage.ru_maxrss)
-                if pid == run.pid:
+                if pid == run.pid and run.status is None:
                     run.status, run.rusage = status, usage
             if self.spare is not None and pid == self.spare.pid:
                 self.spare.sock.close()
@@ -787,16 +800,19 @@ class Keeper:
             if next_spare is not None:
                 next_spare.close()
             return
-        # The command names its snapshot before it exits: one that ended as a finished module
-        # (exit status 0 or 1) has done so, and its word is waited for.
-        finished = os.WIFEXITED(run.status) and os.WEXITSTATUS(run.status) in (0, 1)
-        following.settimeout(snapshots.SNAPSHOT_TIMEOUT if finished else 0)
-        try:
-            hello, fds = receive(following)
-            for fd in fds:
-                os.close(fd)  # the command's process is a cell's: what it sends beside its word is not kept
-        except (OSError, ValueError):
-            hello = None
+        if run.hello is not None or run.refused:
+            hello = None if run.refused else run.hello  # read at its stop (own_snapshot)
+        else:
+            # The command names its snapshot before it exits: one that ended as a finished module
+            # (exit status 0 or 1) has done so, and its word is waited for.
+            finished = os.WIFEXITED(run.status) and os.WEXITSTATUS(run.status) in (0, 1)
+            following.settimeout(snapshots.SNAPSHOT_TIMEOUT if finished else 0)
+            try:
+                hello, fds = receive(following)
+                for fd in fds:
+                    os.close(fd)  # the command's process is a cell's: what it sends beside its word is not kept
+            except (OSError, ValueError):
+                hello = None
         pid = hello.get("pid") if isinstance(hello, dict) else None
         if isinstance(hello, dict) and isinstance(hello.get("error"), str):
             run.snapshot_error = hello["error"][:200]
@@ -820,6 +836,52 @@ class Keeper:
                 except OSError:
                     pass
 
+    def own_snapshot(self):
+        """End the run whose command stopped as its own snapshot (:func:`snapshots.become_own_snapshot`).
+
+        Its end is what the OS reports: a stop by SIGSTOP (waitid(2)
+        ``WSTOPPED``), taken as exit status 0, and its word on its socket must
+        name itself (else it is a stop of the cell's own, and the run goes on
+        until its deadline).  The stop is checked as every stop the keeper
+        keeps (:func:`stop_problem`: a real group stop, not traced), with one
+        task and no children; a command that fails it is killed and leaves no
+        snapshot (the run's reply says so).  Its CPU time and peak come from
+        /proc at the stop (proc(5): ``schedstat``, ``VmHWM``), as wait4(2)
+        would give them.
+        """
+        run = self.run
+        try:
+            report = os.waitid(os.P_PID, run.pid, os.WSTOPPED | os.WNOHANG)
+        except ChildProcessError:
+            return
+        if report is None or report.si_code != os.CLD_STOPPED or report.si_status != signal.SIGSTOP:
+            return
+        run.following.settimeout(0)
+        try:
+            hello, fds = receive(run.following)
+        except (OSError, ValueError):
+            hello, fds = None, []
+        for fd in fds:
+            os.close(fd)
+        if hello is None:
+            return
+        run.hello = hello
+        if not isinstance(hello, dict) or hello.get("pid") != run.pid:
+            return  # an earlier word: the old way's, read when the command ends (take_snapshot)
+        run.own_usage = own_usage(run.pid)
+        run.status = 0
+        problem = stop_problem(run.pid) or alone_problem(run.pid)
+        if problem is not None:
+            run.refused = True
+            run.snapshot_error = f"its snapshot was killed: {problem}"
+            try:
+                os.kill(run.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        else:
+            # Its stop's report is taken: any later one is a stop the keeper did not make (check_stopped).
+            snapshots.HELD.add(run.pid)
+
     def report(self, run):
         status = run.status
         record = {
@@ -839,9 +901,10 @@ class Keeper:
         if run.refusals_before is not None:
             record["pids_refused"] = (self.pids_refusals() or 0) > run.refusals_before
         mine = run.rusage
-        record["command_cpu"] = mine.ru_utime + mine.ru_stime
+        command_cpu, command_peak = (mine.ru_utime + mine.ru_stime, mine.ru_maxrss) if mine else run.own_usage
+        record["command_cpu"] = command_cpu
         record["cpu"] = max(record["command_cpu"], Run.children_cpu() - run.cpu_before)
-        record["peak_kib"] = max(run.peak_kib, mine.ru_maxrss)
+        record["peak_kib"] = max(run.peak_kib, command_peak)
         _launch.emit(run.status_fd, record)
 
     # ---------------------------------------------------------------- the chain
@@ -886,6 +949,44 @@ class Keeper:
         }
 
 
+def own_usage(pid):
+    """``(CPU seconds, peak resident KiB)`` of a stopped child ``pid``, from /proc (proc(5)), as wait4(2) gives them.
+
+    CPU from ``schedstat`` (nanoseconds on the CPU), else ``stat``'s ticks;
+    the peak is ``VmHWM`` of ``status``.  Zeros where unreadable.
+    """
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            cpu = int(f.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        cpu = cpu_seconds(pid)
+    peak = 0
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    peak = int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return cpu, peak
+
+
+def alone_problem(pid):
+    """Why stopped ``pid`` is not one task without children (a snapshot must be), or ``None``."""
+    state = process_state(pid)
+    if state is None:
+        return "it is gone"
+    if state[2] != 1:
+        return f"it had {state[2]} threads"
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            if f.read().split():
+                return "it had children"
+    except OSError:
+        return "its children could not be read"
+    return None
+
+
 def own_pids_cgroup():
     """This process's pids cgroup directory when its ``pids.max`` is writable here (cgroups(7)), else ``None``.
 
@@ -919,6 +1020,7 @@ def main():
     gc.collect()
     gc.freeze()
     config.setdefault("cgroup", own_pids_cgroup())
+    snapshots.find_tid_offset()  # before any fork: it starts and joins a thread
     keeper = Keeper(sock, config)
     hello = keeper.start_base()
     # From here on nothing of this process is open to its own user's programs.

@@ -45,6 +45,7 @@ import json
 import os
 import random
 import re
+import resource
 import runpy
 import signal
 import socket
@@ -241,7 +242,10 @@ def run_command(request, named):
     if snapshot is None:
         finish(status)
     if status in (0, 1):
-        made = make_snapshot(snapshot, named.get("next_spare"))
+        # A cell that ended well in one thread and no children is its own snapshot (one fork, no exit);
+        # any other keeps the fork of make_snapshot.
+        made = become_own_snapshot(snapshot, named.get("next_spare")) if status == 0 else None
+        made = made or make_snapshot(snapshot, named.get("next_spare"))
         if made is not None:
             return made  # here, in the new snapshot or the next spare
     # A cell's run: threads it left are not waited for, they end with it (the runner said so).
@@ -394,6 +398,203 @@ def make_snapshot(fd, spare_fd=None):
     except OSError:
         pass  # the keeper is gone: so is the session
     return None
+
+
+# clone(2)'s number where its arguments are (flags, stack, parent_tid, child_tid, tls); elsewhere no sibling fork.
+SYS_CLONE = {"x86_64": 56}
+CLONE_PARENT = 0x00008000
+CLONE_CHILD_SETTID = 0x01000000
+# Where glibc's thread descriptor (pthread_self()) keeps the thread's id, found once by find_tid_offset.
+TID_OFFSET = None
+# The kinds of anonymous inode a process's own snapshot may hold: none of them reaches its memory. Any other
+# (userfaultfd, io_uring, perf events, unknown ones) could write or read the snapshot's memory from its spare.
+SAFE_ANON_INODES = ("[eventfd]", "[eventpoll]", "[signalfd]", "[timerfd]", "[pidfd]", "inotify", "[fanotify]")
+
+
+def find_tid_offset():
+    """The offset of the thread id in glibc's thread descriptor, or ``None``; set :data:`TID_OFFSET`.
+
+    fork(2) in glibc writes the child's thread id there (``CLONE_CHILD_SETTID``);
+    :func:`sibling_fork` asks the kernel to do the same.  Found as the one offset
+    (of the first 1 KiB) that holds the thread's id in this thread and in a
+    second one; ``None`` when that is not exactly one place.  Call it before the
+    process forks anything (the keeper does, once): it starts and joins a thread.
+    """
+    global TID_OFFSET
+    if os.uname().machine not in SYS_CLONE:
+        return None
+    try:
+        import ctypes
+
+        self_of = _launch.libc().pthread_self
+        self_of.restype = ctypes.c_void_p
+
+        def places():
+            base, tid = self_of(), threading.get_native_id()
+            return {off for off in range(0, 1024, 4) if ctypes.c_int.from_address(base + off).value == tid}
+
+        other = []
+        thread = threading.Thread(target=lambda: other.append(places()))
+        thread.start()
+        thread.join()
+        found = places() & (other[0] if other else set())
+    except Exception:  # noqa: BLE001 - no sibling fork, then: every cell takes make_snapshot's way
+        return None
+    TID_OFFSET = found.pop() if len(found) == 1 else None
+    return TID_OFFSET
+
+
+def sibling_fork():
+    """fork(2), but the child is this process's sibling: its parent is this process's parent (``CLONE_PARENT``).
+
+    The keeper, a cell's parent, is then the spare's parent too, and alone waits
+    for it, while the cell's process lives on as its snapshot.  CPython's own
+    fork steps run around it (``PyOS_BeforeFork``, ``PyOS_AfterFork_Child`` /
+    ``_Parent``, as ``os.fork`` does), and glibc's thread id is set in the child
+    as its fork sets it.  Call it with one thread only.  Returns 0 in the child
+    and the child's pid here.
+
+    Raises:
+        OSError: clone(2) refused (a syscall filter, the run's processes limit), or no sibling fork on this
+            machine (:func:`find_tid_offset` found no place).
+    """
+    import ctypes
+
+    if TID_OFFSET is None or os.uname().machine not in SYS_CLONE:
+        raise OSError(0, "no sibling fork on this machine")
+    python = ctypes.pythonapi  # holds the GIL through each call, as os.fork does
+    syscall = ctypes.PyDLL(None, use_errno=True).syscall
+    syscall.restype = ctypes.c_long
+    self_of = _launch.libc().pthread_self
+    self_of.restype = ctypes.c_void_p
+    child_tid = ctypes.c_void_p(self_of() + TID_OFFSET)
+    flags = CLONE_PARENT | CLONE_CHILD_SETTID | signal.SIGCHLD
+    atfork.chain_forking = True
+    try:
+        python.PyOS_BeforeFork()
+        pid = syscall(ctypes.c_long(SYS_CLONE[os.uname().machine]), ctypes.c_ulong(flags), None, None, child_tid, None)
+        error = ctypes.get_errno()
+        if pid == 0:
+            python.PyOS_AfterFork_Child()
+        else:
+            python.PyOS_AfterFork_Parent()
+    finally:
+        atfork.chain_forking = False
+    if pid < 0:
+        raise OSError(error, os.strerror(error))
+    return pid
+
+
+def own_snapshot_problem(session_fds):
+    """Why this finished command may not become its own snapshot, or ``None`` when it may.
+
+    It may when it has one thread, is not traced, has no children, and no fd
+    that reaches its memory from its spare (a ``/proc/PID/mem``, an anonymous
+    inode not in :data:`SAFE_ANON_INODES`) or could carry one to it (a socket
+    other than ``session_fds``, whose queue may hold fds in flight): a fork
+    gives the old way's snapshot a memory of its own, which none of these
+    reach.  A cell that registered fork handlers of its own
+    (:data:`atfork.registered`) keeps the old way too, where they run in the
+    processes they ran in before.  Only a choice of way: the keeper checks the
+    stop itself (one task, a real group stop, TracerPid 0, no children).
+    """
+    if TID_OFFSET is None:
+        return "no sibling fork"
+    if atfork.registered != atfork.at_base:
+        # Its own fork handlers ran in a command that ended and in a snapshot that is a child: so they still do.
+        return "fork handlers"
+    try:
+        with open("/proc/self/status") as f:
+            fields = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+        if fields.get("Threads", "").strip() != "1":
+            return "threads"
+        if fields.get("TracerPid", "").strip() != "0":
+            return "traced"
+        with open(f"/proc/self/task/{os.getpid()}/children") as f:
+            if f.read().split():
+                return "children"
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return "unreadable"
+    for name in names:
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue  # the listing's own fd
+        if target.startswith("socket:") and int(name) not in session_fds:
+            return "a socket"
+        if target.startswith("/proc/") and target.endswith("/mem"):
+            return "its memory file"
+        if target.startswith("anon_inode:") and target[len("anon_inode:") :] not in SAFE_ANON_INODES:
+            return target
+    return None
+
+
+def become_own_snapshot(fd, spare_fd):
+    """Make this finished command the next snapshot: fork the next run's spare beside it, name both, stop.
+
+    Returns ``("snapshot", fd)`` here once the keeper continues it as a
+    snapshot, ``("spare", spare_fd)`` in the spare, or ``None`` (nothing done
+    that :func:`make_snapshot` does not do again) when it may not
+    (:func:`own_snapshot_problem`) or the fork was refused.  The spare is the
+    keeper's child (:func:`sibling_fork`); this
+    process names itself and the spare on ``fd``, and stops (SIGSTOP).  The
+    keeper takes that stop, as the OS reports it (waitid(2) ``WSTOPPED``), for
+    the command's end, checks it as every stop it keeps (one task, a real group
+    stop, not traced: :func:`stop_problem`), and stops the spare before it
+    reports the run (:meth:`cellbox.sandbox.keeper.Keeper.own_snapshot`).
+    """
+    if spare_fd is None:
+        return None
+    # Nothing of the cell's runs here now: an interrupt for it (even one already caught) is ignored, and no
+    # signal reaches a handler of the cell's (the runs a snapshot forks unblock them: prepare_command).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    release_streams()
+    set_dumpable(False)  # as every snapshot: no later cell may trace it or write its memory
+    spare = None
+    if own_snapshot_problem({fd, spare_fd}) is None:
+        for timer in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
+            signal.setitimer(timer, 0)  # fork(2) does not copy a cell's timers into its snapshot: nor does this
+        names = {"event": "snapshot", "pid": os.getpid(), "spare": None, "shared": shared_mappings()}
+        sequence = random.getstate()
+        try:
+            spare = sibling_fork()
+        except OSError:
+            pass
+    if spare == 0:
+        try:
+            random.setstate(sequence)
+            os.close(fd)  # the snapshot's socket is the keeper's and the snapshot's alone
+            set_name(SNAPSHOT_NAME)
+            # It waits on its socket; the keeper stops it before the run's report (a stop of its own
+            # could come after the keeper's, and so after the keeper's SIGCONT).
+            return "spare", spare_fd
+        except BaseException:  # noqa: BLE001
+            os._exit(0)
+    if spare is not None and own_snapshot_problem({fd, spare_fd}) is not None:
+        # An at-fork handler of the cell's started a thread or a child here: the copy's way, without this spare.
+        os.kill(spare, signal.SIGKILL)
+        spare = None
+    if spare is None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        return None
+    names["spare"] = spare
+    # Its CPU time goes on counting the cell's: a snapshot keeps no soft CPU limit of a cell's (fork(2) zeroes it).
+    _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
+    become_snapshot(spare_fd)
+    try:
+        send_json(socket.socket(fileno=os.dup(fd)), names)
+    except OSError:
+        os._exit(0)  # the keeper is gone: so is the session
+    os.kill(os.getpid(), signal.SIGSTOP)
+    return "snapshot", fd
 
 
 def release_streams():
@@ -670,6 +871,7 @@ def start_base(sock, config):
         # No Landlock layer: the session's runs still may not signal or trace the keeper.
         problem = signal_scope_problem()
     warmed = warm(config.get("warm"))
+    atfork.at_base = atfork.registered
     try:
         os.setpriority(os.PRIO_PROCESS, 0, max(SNAPSHOT_NICE, os.getpriority(os.PRIO_PROCESS, 0)))
     except OSError:

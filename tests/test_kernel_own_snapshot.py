@@ -1,0 +1,127 @@
+"""A cell's own process as its snapshot: which cells take that way, and what the keeper checks of it.
+
+A cell that ends well with one thread, no children and nothing that reaches
+its memory from its spare stops as the next snapshot (one fork, no exit: see
+:func:`cellbox.sandbox.snapshots.become_own_snapshot`); any other cell's
+snapshot is a fork of its process, as before.  Which way a cell took shows in
+the next cell: the earlier cell's process is still there, stopped, or gone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
+
+from cellbox.sandbox.snapshots import TID_OFFSET, find_tid_offset
+from kernelkit import execute, running_kernel
+
+# Where the machine has no sibling fork (clone(2) with CLONE_PARENT), every cell takes the copy's way.
+OWN_WAY = (TID_OFFSET if TID_OFFSET is not None else find_tid_offset()) is not None
+
+# What the next cell sees of the process of the cell before (its pid in `me`).
+LOOK = """
+import os
+try:
+    with open(f"/proc/{me}/status") as f:
+        fields = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+    print(fields["Name"].strip(), fields["State"].split()[0], fields["TracerPid"].strip(), fields["Threads"].strip())
+except FileNotFoundError:
+    print("gone")
+"""
+
+
+@pytest.fixture(scope="module")
+def kc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BlockingKernelClient]:
+    notebook = tmp_path_factory.mktemp("notebook")
+    notebook.chmod(0o755)
+    with running_kernel("cellbox", cwd=str(notebook)) as (_km, client):
+        yield client
+
+
+def ok(kc: BlockingKernelClient, code: str) -> str:
+    result = execute(kc, code)
+    assert result.status == "ok", (code, result.errors, result.stream("stderr"))
+    return result.stream()
+
+
+@pytest.mark.skipif(not OWN_WAY, reason="no sibling fork (clone with CLONE_PARENT) on this machine")
+def test_a_cell_that_ends_alone_is_its_snapshot_in_a_group_stop_untraced_with_one_task(
+    kc: BlockingKernelClient,
+) -> None:
+    ok(kc, "import os\nme = os.getpid()\nalone = 'kept'")
+    assert ok(kc, LOOK) == "cellbox-snap T 0 1\n"
+    assert ok(kc, "print(alone)") == "kept\n"
+
+
+@pytest.mark.parametrize(
+    "leaves",
+    [
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(30,)).start()",
+        "import subprocess\nchild = subprocess.Popen(['sleep', '30'])",
+        "import socket\npair = socket.socketpair()",
+        "memory_file = open('/proc/self/mem', 'rb')",
+    ],
+    ids=["thread", "child", "socket", "memory-file"],
+)
+def test_a_cell_that_leaves_a_thread_a_child_or_a_way_into_its_memory_keeps_its_state_in_a_copy(
+    kc: BlockingKernelClient, leaves: str
+) -> None:
+    ok(kc, f"import os\nme = os.getpid()\n{leaves}\nvalue = 41")
+    assert ok(kc, LOOK) == "gone\n"  # its snapshot is a fork: the cell's process ended
+    assert ok(kc, "value += 1\nprint(value)") == "42\n"
+
+
+def test_a_fork_handler_that_starts_a_thread_runs_no_code_after_the_reply(tmp_path: Path) -> None:
+    # The handler runs as the cell's process forks its spare, after the cell: a thread it starts in the
+    # cell's process would run on in the snapshot unless that process takes the copy's way.
+    code = """
+import os, threading, time
+def tick():
+    time.sleep(0.2)
+    while True:
+        with open('ticks.txt', 'a') as f:
+            f.write('.')
+        time.sleep(0.01)
+os.register_at_fork(before=lambda: threading.Thread(target=tick, daemon=True).start())
+me = os.getpid()
+mark = 'kept'
+"""
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (_km, kc):
+        tmp_path.chmod(0o755)
+        ok(kc, code)
+        ticks = tmp_path / "ticks.txt"
+        time.sleep(0.5)
+        before = ticks.stat().st_size if ticks.exists() else 0
+        time.sleep(1.0)
+        assert (ticks.stat().st_size if ticks.exists() else 0) == before
+        assert ok(kc, LOOK) == "gone\n"
+        assert ok(kc, "print(mark)") == "kept\n"
+
+
+FORGED = """
+import json, os, signal, socket, threading, time
+forger = os.getpid()
+print(forger)
+threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+for name in os.listdir('/proc/self/fd'):
+    try:
+        if os.readlink(f'/proc/self/fd/{name}').startswith('socket:'):
+            socket.socket(fileno=os.dup(int(name))).send(json.dumps({"event": "snapshot", "pid": forger}).encode())
+    except OSError:
+        pass
+os.kill(forger, signal.SIGSTOP)
+"""
+
+
+@pytest.mark.skipif(not OWN_WAY, reason="no sibling fork (clone with CLONE_PARENT) on this machine")
+def test_a_cell_that_stops_itself_as_its_snapshot_with_a_thread_is_not_kept(kc: BlockingKernelClient) -> None:
+    ok(kc, "before_forged = 'before'")
+    result = execute(kc, FORGED)
+    assert result.status == "ok"
+    assert "what this cell defined is not kept: its snapshot was killed: it had 2 threads" in result.notes
+    assert ok(kc, f"me = {int(result.stream())}\n{LOOK}") == "gone\n"
+    assert ok(kc, "print(before_forged, 'forger' in dir())") == "before False\n"
