@@ -668,6 +668,59 @@ MISTAKES += [
     ),
 ]
 
+# Lesson 2, a student alone: a pid written out, the lesson's route in other quotes, a statement, a function not
+# called; json.loads for a Python literal, SyntaxError escaping, no dict test, dict() of anything, a longer denylist.
+_ROUTE = ("[c for c in ().__class__.__base__.__subclasses__() if c.__name__ == 'catch_warnings'][0]()"
+          "._module.__builtins__['__import__']('os').getpid")
+_SCORES = """
+    import ast, json
+    def load_scores(text):
+        {body}
+    """
+MISTAKES += [
+    Mistake(2, "reach_os", "pid-written-out", """
+            import os
+            def reach_os():
+                return str(os.getpid())
+            """, "written out, not computed"),
+    Mistake(2, "reach_os", "the-lesson-in-double-quotes", """
+            def reach_os():
+                return ('[c for c in ().__class__.__base__.__subclasses__() if c.__name__ == "_wrap_close"][0]'
+                        '.__init__.__globals__["getpid"]()')
+            """, "that is the escape from above"),
+    Mistake(2, "reach_os", "a-statement", """
+            def reach_os():
+                return "import os; os.getpid()"
+            """, "not a statement"),
+    Mistake(2, "reach_os", "getpid-not-called", f"""
+            def reach_os():
+                return {_ROUTE!r}
+            """, "call it"),
+    Mistake(2, "load_scores", "json-loads", _SCORES.format(body="""value = json.loads(text)
+        if not isinstance(value, dict):
+            raise ValueError("not a dict")
+        return value"""), "json.loads, say, reads JSON only"),
+    Mistake(2, "load_scores", "syntax-error-escapes", _SCORES.format(body="""value = ast.literal_eval(text)
+        if not isinstance(value, dict):
+            raise ValueError("not a dict")
+        return value"""), "catch SyntaxError too"),
+    Mistake(2, "load_scores", "no-dict-test", _SCORES.format(body="""try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError) as error:
+            raise ValueError(str(error)) from None"""), "is not a dict literal"),
+    Mistake(2, "load_scores", "dict-of-anything", _SCORES.format(body="""try:
+            return dict(ast.literal_eval(text))
+        except (ValueError, SyntaxError) as error:
+            raise ValueError(str(error)) from None"""), "rather than converting with dict()"),
+    Mistake(2, "load_scores", "a-longer-denylist", _SCORES.format(body="""for word in ("__", "(", "import", "lambda"):
+            if word in text:
+                raise ValueError("refused: " + word)
+        value = eval(text, {"__builtins__": {}})
+        if not isinstance(value, dict):
+            raise ValueError("not a dict")
+        return value"""), "believing a denylist is finished"),
+]
+
 MISTAKES += [
     Mistake(
         3,
@@ -823,6 +876,92 @@ MISTAKES += [
     ),
 ]
 
+# Lesson 4, a student alone: LANG always or never, PATH copied or found, extra first or changed or never None,
+# the notebook's own environment scrubbed; denylist answers the wrong way round or not as written.
+_ALLOW = """
+    import os, shutil, sys
+    def allowlist_env(home, extra=None):
+        {body}
+    """
+_PATH = 'os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin", "/bin"])'
+_LANG = '''if "LANG" in os.environ:
+            env["LANG"] = os.environ["LANG"]'''
+MISTAKES += [
+    Mistake(4, "allowlist_env", "lang-always", _ALLOW.format(body=f"""env = {{"PATH": {_PATH}, "HOME": str(home),
+               "TMPDIR": str(home), "LANG": os.environ.get("LANG", "C.UTF-8")}}
+        env.update(extra or {{}})
+        return env"""), "copy LANG only when it is set"),
+    Mistake(4, "allowlist_env", "lang-never", _ALLOW.format(body=f"""env = {{"PATH": {_PATH}, "HOME": str(home),
+               "TMPDIR": str(home)}}
+        env.update(extra or {{}})
+        return env"""), "should get the same LANG"),
+    Mistake(4, "allowlist_env", "path-copied", _ALLOW.format(body=f"""env = {{"PATH": os.environ["PATH"],
+               "HOME": str(home), "TMPDIR": str(home)}}
+        {_LANG}
+        env.update(extra or {{}})
+        return env"""), "PATH was copied from this notebook's environment"),
+    Mistake(4, "allowlist_env", "path-found-with-which", _ALLOW.format(body=f"""env = {{"PATH": os.pathsep.join(
+            [os.path.dirname(shutil.which("python3") or sys.executable), "/usr/bin", "/bin"]),
+            "HOME": str(home), "TMPDIR": str(home)}}
+        {_LANG}
+        env.update(extra or {{}})
+        return env"""), "PATH should start with the directory of sys.executable"),
+    Mistake(4, "allowlist_env", "path-without-bin", _ALLOW.format(body=f"""env = {{"PATH": os.path.dirname(sys.executable),
+               "HOME": str(home), "TMPDIR": str(home)}}
+        {_LANG}
+        env.update(extra or {{}})
+        return env"""), "expected the directory of sys.executable, /usr/bin and /bin"),
+    Mistake(4, "allowlist_env", "extra-first", _ALLOW.format(body=f"""env = dict(extra or {{}})
+        env.update(PATH={_PATH}, HOME=str(home), TMPDIR=str(home))
+        {_LANG}
+        return env"""), "add the names of extra last"),
+    Mistake(4, "allowlist_env", "changes-extra", _ALLOW.format(body=f"""env = extra if extra is not None else {{}}
+        env.update(PATH={_PATH}, HOME=str(home), TMPDIR=str(home))
+        {_LANG}
+        return env"""), "changed the caller's extra dict"),
+    Mistake(4, "allowlist_env", "extra-never-none", _ALLOW.format(body=f"""env = {{"PATH": {_PATH}, "HOME": str(home),
+               "TMPDIR": str(home)}}
+        {_LANG}
+        env.update(extra)
+        return env"""), "extra may be None"),
+    Mistake(4, "allowlist_env", "scrubs-the-notebook", _ALLOW.format(body=f"""lang = os.environ.get("LANG")
+        os.environ.clear()
+        os.environ.update(PATH={_PATH}, HOME=str(home), TMPDIR=str(home))
+        if lang is not None:
+            os.environ["LANG"] = lang
+        os.environ.update(extra or {{}})
+        return dict(os.environ)"""), "changed this notebook's own environment"),
+    Mistake(4, "allowlist_env", "tmpdir-is-the-system-one", _ALLOW.format(body=f"""import tempfile
+        env = {{"PATH": {_PATH}, "HOME": str(home), "TMPDIR": tempfile.gettempdir()}}
+        {_LANG}
+        env.update(extra or {{}})
+        return env"""), "HOME and TMPDIR should both be the home you were given"),
+    Mistake(4, "denylist_passes", "the-names-it-drops", """
+            SAMPLE = {"PATH": "", "HOME": "", "GITHUB_TOKEN": "", "DB_PASSWORD": "", "AWS_SECRET_ACCESS_KEY": "",
+                      "DATABASE_URL": "", "NPM_AUTH": "", "KEYBOARD_LAYOUT": ""}
+            def denylist_passes():
+                return {"GITHUB_TOKEN", "DB_PASSWORD", "AWS_SECRET_ACCESS_KEY", "KEYBOARD_LAYOUT"}
+            """, "the names the denylist drops"),
+    Mistake(4, "denylist_passes", "keyboard-layout-passes", """
+            SAMPLE = {"PATH": "", "HOME": "", "GITHUB_TOKEN": "", "DB_PASSWORD": "", "AWS_SECRET_ACCESS_KEY": "",
+                      "DATABASE_URL": "", "NPM_AUTH": "", "KEYBOARD_LAYOUT": ""}
+            def denylist_passes():
+                return {"PATH", "HOME", "DATABASE_URL", "NPM_AUTH", "KEYBOARD_LAYOUT"}
+            """, "matches anywhere in the name"),
+    Mistake(4, "denylist_passes", "lower-case-names", """
+            SAMPLE = {"PATH": "", "HOME": "", "GITHUB_TOKEN": "", "DB_PASSWORD": "", "AWS_SECRET_ACCESS_KEY": "",
+                      "DATABASE_URL": "", "NPM_AUTH": "", "KEYBOARD_LAYOUT": ""}
+            def denylist_passes():
+                return {"path", "home", "database_url", "npm_auth"}
+            """, "exactly as they are written there"),
+    Mistake(4, "denylist_passes", "a-list", """
+            SAMPLE = {"PATH": "", "HOME": "", "GITHUB_TOKEN": "", "DB_PASSWORD": "", "AWS_SECRET_ACCESS_KEY": "",
+                      "DATABASE_URL": "", "NPM_AUTH": "", "KEYBOARD_LAYOUT": ""}
+            def denylist_passes():
+                return ["PATH", "HOME", "DATABASE_URL", "NPM_AUTH"]
+            """, "should return a set of names"),
+]
+
 _RUN_LIMITED = """
     import resource, signal, subprocess, sys
     def run_limited(code, memory, cpu):
@@ -963,6 +1102,76 @@ MISTAKES += [
         check_only=True,
     ),
 ]
+# Lesson 6, a student alone: no wall deadline, the deadline at `cpu`, soft = hard, SIGXCPU only, any signal as
+# cpu_limit, setrlimit in the notebook; how_long with datetime.now, before the child exits, rounded to an int.
+_CLOCKS = """
+    import resource, signal, subprocess, sys
+    def run_both_clocks(code, cpu, wall):
+        def limit():
+            resource.setrlimit(resource.RLIMIT_CPU, ({soft}, {hard}))
+        try:
+            result = subprocess.run([sys.executable, "-c", code], capture_output=True, preexec_fn=limit, {timeout})
+        except subprocess.TimeoutExpired:
+            return "timed_out"
+        if {cpu_test}:
+            return "cpu_limit"
+        return "ok" if result.returncode == 0 else "error"
+    """
+_BOTH = {"soft": "cpu", "hard": "cpu + 1", "timeout": "timeout=wall",
+         "cpu_test": "result.returncode in (-signal.SIGXCPU, -signal.SIGKILL)"}
+MISTAKES += [
+    Mistake(6, "run_both_clocks", "no-wall-deadline", _CLOCKS.format(**{**_BOTH, "timeout": "text=True"}),
+            "pass timeout=wall"),
+    Mistake(6, "run_both_clocks", "deadline-at-cpu", _CLOCKS.format(**{**_BOTH, "timeout": "timeout=cpu"}),
+            "the wall deadline is `wall`, not `cpu`"),
+    Mistake(6, "run_both_clocks", "soft-equals-hard", _CLOCKS.format(**{**_BOTH, "hard": "cpu"}),
+            "hard one second above"),
+    Mistake(6, "run_both_clocks", "sigxcpu-only",
+            _CLOCKS.format(**{**_BOTH, "cpu_test": "result.returncode == -signal.SIGXCPU"}), "ignores SIGXCPU"),
+    Mistake(6, "run_both_clocks", "any-signal-is-cpu", _CLOCKS.format(**{**_BOTH, "cpu_test": "result.returncode < 0"}),
+            "died of SIGSEGV"),
+    Mistake(6, "run_both_clocks", "only-status-1-is-error",
+            _CLOCKS.format(**_BOTH).replace('result.returncode == 0 else "error"', 'result.returncode != 1 else "error"'),
+            "exits with 2"),
+    Mistake(6, "run_both_clocks", "setrlimit-in-the-notebook", """
+            import resource, signal, subprocess, sys
+            def run_both_clocks(code, cpu, wall):
+                resource.setrlimit(resource.RLIMIT_CPU, (cpu + 60, cpu + 61))
+                try:
+                    result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=wall)
+                except subprocess.TimeoutExpired:
+                    return "timed_out"
+                return "ok" if result.returncode == 0 else "error"
+            """, "changed this notebook's own limits"),
+    Mistake(6, "which_clock", "sleep-meets-the-cpu-limit", """
+            CASES = dict.fromkeys("abcd")
+            def which_clock():
+                return {"a": "cpu_limit", "b": "timed_out", "c": "cpu_limit", "d": "ok"}
+            """, "does sleeping use CPU"),
+    Mistake(6, "how_long", "datetime-now", """
+            import subprocess, sys
+            from datetime import datetime
+            def how_long(code):
+                started = datetime.now()
+                subprocess.run([sys.executable, "-c", code], capture_output=True)
+                return (datetime.now() - started).total_seconds()
+            """, "so does datetime.now()", check_only=True),
+    Mistake(6, "how_long", "does-not-wait", """
+            import subprocess, sys, time
+            def how_long(code):
+                started = time.monotonic()
+                subprocess.Popen([sys.executable, "-c", code])
+                return time.monotonic() - started
+            """, "returned before the child exited"),
+    Mistake(6, "how_long", "whole-seconds", """
+            import subprocess, sys, time
+            def how_long(code):
+                started = time.monotonic()
+                subprocess.run([sys.executable, "-c", code], capture_output=True)
+                return round(time.monotonic() - started)
+            """, "as a float"),
+]
+
 _RUN_TREE = """
     import os, signal, subprocess, sys
     def run_tree(code, wall):
