@@ -86,7 +86,8 @@ print(filtered_exec(sneaky))
 """)
 
 md("""
-The filter refused the honest version and ran the sneaky one, which got our process id again.
+The filter refused the honest version and ran the sneaky one, which reached `os` again and returned the process
+id. (Under the cellbox kernel every cell runs in a fresh process, so it is not the number printed above.)
 
 ## 3. This is not just us
 
