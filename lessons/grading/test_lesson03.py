@@ -63,7 +63,7 @@ def _wait_for(path):
 
 def test_run_with_timeout_leaves_no_child_running(nb):
     pid_file = os.path.join(submission_tmp_path(), "pid")
-    code = f"import os, time; open({pid_file!r}, 'w').write(str(os.getpid())); time.sleep(12)"
+    code = f"import os, time; open({pid_file!r}, 'w').write(str(os.getpid())); time.sleep(8)"
     assert nb.run_with_timeout(code, 2) == "timed_out"
     pid = _wait_for(pid_file)
     for _ in range(50):  # a killed child takes a moment to die

@@ -67,8 +67,8 @@ def test_run_limited_memory(nb):
 
 
 def test_run_limited_cpu(nb):
-    # The child stops by itself after 3 s of CPU: an answer without a CPU limit says "ok" then, instead of hanging.
-    spin = "import time\nend = time.process_time() + 3\nwhile time.process_time() < end: pass"
+    # The child stops by itself after 2 s of CPU: an answer without a CPU limit says "ok" then, instead of hanging.
+    spin = "import time\nend = time.process_time() + 2\nwhile time.process_time() < end: pass"
     assert _run(nb, spin, 256 * MB, 1) == "cpu_limit"
 
 

@@ -248,8 +248,8 @@ def probe(called_here):
            "soft = cpu seconds, hard one second above")
     got = run_limited("x = bytearray(400 * 1024 * 1024)", 200 * MB, 2)
     expect(got == "memory_limit", f"allocating 400 MB under a 200 MB limit gave {got!r}: is RLIMIT_AS set in the child?")
-    # A spinner that stops by itself after 3 s of CPU: past a 1 s CPU limit, but never hanging the check.
-    spin = "import time\\nend = time.process_time() + 3\\nwhile time.process_time() < end: pass"
+    # A spinner that stops by itself after 2 s of CPU: past a 1 s CPU limit, but never hanging the check.
+    spin = "import time\\nend = time.process_time() + 2\\nwhile time.process_time() < end: pass"
     got = run_limited(spin, 200 * MB, 1)
     expect(got == "cpu_limit", f"a spinning loop under a 1 s CPU limit gave {got!r}: did you check for -signal.SIGXCPU?")
     # What the kernel sends at the hard CPU limit, to a child that ignores SIGXCPU, sent by the child to itself.

@@ -123,8 +123,8 @@ def run_both_clocks(code, cpu, wall):
 check("run_both_clocks", """
 import os, resource, tempfile, time
 
-# A spinner that stops by itself after 3 s of CPU: past a 1 s CPU limit, but never hanging the check.
-SPIN_3S = "import time\\nend = time.process_time() + 3\\nwhile time.process_time() < end: pass"
+# A spinner that stops by itself after 2 s of CPU: past a 1 s CPU limit, but never hanging the check.
+SPIN_2S = "import time\\nend = time.process_time() + 2\\nwhile time.process_time() < end: pass"
 
 def test():
     # While the check runs, a setrlimit called in this notebook's own process is noted and not applied (so a
@@ -170,8 +170,8 @@ def probe(called_here):
                               f"os.kill(os.getpid(), signal.{name})", 1, 5)
         expect(got == "error", f"a child that died of {name} gave {got!r}: only SIGXCPU and SIGKILL mean the CPU "
                "limit, so compare the return code with those two, not with `< 0`; any other end is 'error'")
-    got = run_both_clocks(SPIN_3S, 1, 10)
-    expect(got == "cpu_limit", f"a child spinning for 3 s of CPU with cpu=1 and wall=10 gave {got!r}: set RLIMIT_CPU "
+    got = run_both_clocks(SPIN_2S, 1, 10)
+    expect(got == "cpu_limit", f"a child spinning for 2 s of CPU with cpu=1 and wall=10 gave {got!r}: set RLIMIT_CPU "
            "in the child (preexec_fn)")
     with deadline(4, "a sleeping child with wall=1 was still running 4 s later: RLIMIT_CPU never stops a sleeper, "
                   "so pass timeout=wall"):
