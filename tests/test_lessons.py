@@ -509,7 +509,11 @@ def check_line(done: subprocess.CompletedProcess[str]) -> str:
 
 
 def run_check(number: int, name: str, exercise: str | None = None, context: str = "") -> str:
-    """The line the check cell of exercise ``name`` prints, with ``exercise`` as the student's cell."""
+    """The line the check cell of exercise ``name`` prints, with ``exercise`` as the student's cell.
+
+    The tests run checks in the fork runner (:class:`MistakeRuns`); this runs one alone, to try an answer by hand:
+    ``python -c "import sys; sys.path[:0] = ['tests']; import test_lessons as t; print(t.run_check(6, 'how_long'))"``.
+    """
     script = check_script(number, name, exercise, context)
     return check_line(_run_and_reap([sys.executable, "-c", script], cwd=LESSONS, timeout=CHECK_DEADLINE))
 
@@ -574,7 +578,10 @@ def hidden_outcomes(done: subprocess.CompletedProcess[str], tmp: Path) -> dict[s
 
 
 def run_hidden_tests(number: int, tmp: Path, name: str | None = None, exercise: str | None = None) -> dict[str, str]:
-    """{test name: outcome} of the lesson's hidden tests on the module ``cellbox grade`` makes of its notebook."""
+    """{test name: outcome} of the lesson's hidden tests on the module ``cellbox grade`` makes of its notebook.
+
+    Like :func:`run_check`, one run alone, to try an answer by hand.
+    """
     args = hidden_tests(number, tmp, name, exercise)
     env = {**os.environ, **hidden_env(tmp)}
     done = _run_and_reap([sys.executable, "-m", "pytest", *args], cwd=tmp, env=env, timeout=HIDDEN_DEADLINE)
