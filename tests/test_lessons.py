@@ -293,13 +293,83 @@ def _kernel_name() -> str:
     pytest.skip(message)
 
 
-def _execute(path: Path) -> nbformat.NotebookNode:
-    from nbclient import NotebookClient
+# One notebook's run, as ``python -c`` runs it: nbclient executes NOTEBOOK under KERNEL and writes it to OUT; a
+# CellExecutionError (an error in a cell not tagged raises-exception) ends it with status 1 and the error on stderr.
+_EXECUTE = """
+import sys
+import nbformat
+from nbclient import NotebookClient
+notebook, kernel, out, folder = sys.argv[1:]
+nb = nbformat.read(notebook, as_version=4)
+NotebookClient(nb, kernel_name=kernel, timeout=120, resources={"metadata": {"path": folder}}).execute()
+nbformat.write(nb, out)
+"""
+NOTEBOOKS_AT_ONCE = 3  # most of a lesson's time is its cells waiting on children and clocks, not the CPU
+NOTEBOOK_DEADLINE = 600  # seconds one notebook's run may take in all
 
-    nb = _read(path)
-    client = NotebookClient(nb, kernel_name=_kernel_name(), timeout=120, resources={"metadata": {"path": str(LESSONS)}})
-    client.execute()  # raises CellExecutionError on an error in a cell not tagged raises-exception
-    return nb
+
+class NotebookRuns:
+    """Runs of lesson notebooks under the cellbox kernel, a few at once, each in a process of its own.
+
+    Every notebook a session's tests ask for is started when the first of them asks, in the order of the tests,
+    ``NOTEBOOKS_AT_ONCE`` at a time; each test then waits for its own.  Each run has a kernel of its own, as a
+    student's notebook has.
+
+    Args:
+        paths: the notebooks, in the order they are wanted.
+        folder: where the executed notebooks go.
+    """
+
+    def __init__(self, paths: list[Path], folder: Path) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.folder, self.kernel = folder, _kernel_name()
+        self.pool = ThreadPoolExecutor(NOTEBOOKS_AT_ONCE)
+        self.runs: dict[Path, Any] = {}
+        for path in paths:
+            self._start(path)
+
+    def _start(self, path: Path) -> None:
+        if path not in self.runs:
+            self.runs[path] = self.pool.submit(self._run, path, self._out(path))
+
+    def _out(self, path: Path) -> Path:
+        return self.folder / f"{path.parent.name}-{path.name}"
+
+    def _run(self, path: Path, out: Path) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-c", _EXECUTE, str(path), self.kernel, str(out), str(LESSONS)]
+        return _run_and_reap(argv, cwd=LESSONS, timeout=NOTEBOOK_DEADLINE)
+
+    def executed(self, path: Path) -> nbformat.NotebookNode:
+        """The notebook at ``path`` as its run left it; the test fails on an error in a cell, with that error."""
+        self._start(path)
+        done = self.runs[path].result()
+        assert done.returncode == 0, f"{path.name}: {done.stderr[-3000:]}"
+        return _read(self._out(path))
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+NOTEBOOK_TESTS = (
+    "test_solution_notebook_runs_and_every_check_passes",
+    "test_student_notebook_runs_and_checks_say_not_done",
+)
+
+
+@pytest.fixture(scope="session")
+def notebook_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NotebookRuns]:
+    """The runs of every notebook this session's tests selected, started at once in the order of their tests."""
+    wanted = []
+    for item in request.session.items:
+        if isinstance(item, pytest.Function) and item.originalname in NOTEBOOK_TESTS and hasattr(item, "callspec"):
+            name = item.callspec.params["name"]
+            wanted.append((SOLUTION if item.originalname == NOTEBOOK_TESTS[0] else STUDENT)[name])
+    runs = NotebookRuns(wanted, tmp_path_factory.mktemp("notebooks"))
+    try:
+        yield runs
+    finally:
+        runs.close()
 
 
 def _stdout(cell: nbformat.NotebookNode) -> str:
@@ -312,8 +382,8 @@ def _check_cells(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(SOLUTION), ids=str)
-def test_solution_notebook_runs_and_every_check_passes(name: str) -> None:
-    nb = _execute(SOLUTION[name])
+def test_solution_notebook_runs_and_every_check_passes(name: str, notebook_runs: NotebookRuns) -> None:
+    nb = notebook_runs.executed(SOLUTION[name])
     checks = _check_cells(nb)
     assert checks
     for cell in checks:
@@ -323,8 +393,8 @@ def test_solution_notebook_runs_and_every_check_passes(name: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(STUDENT), ids=str)
-def test_student_notebook_runs_and_checks_say_not_done(name: str) -> None:
-    nb = _execute(STUDENT[name])
+def test_student_notebook_runs_and_checks_say_not_done(name: str, notebook_runs: NotebookRuns) -> None:
+    nb = notebook_runs.executed(STUDENT[name])
     checks = _check_cells(nb)
     for cell in checks:
         line = _stdout(cell).strip()
@@ -473,19 +543,30 @@ def check_line(done: subprocess.CompletedProcess[str]) -> str:
 
 
 def run_check(number: int, name: str, exercise: str | None = None, context: str = "") -> str:
-    """The line the check cell of exercise ``name`` prints, with ``exercise`` as the student's cell."""
+    """The line the check cell of exercise ``name`` prints, with ``exercise`` as the student's cell.
+
+    The tests run checks in the fork runner (:class:`MistakeRuns`); this runs one alone, to try an answer by hand:
+    ``python -c "import sys; sys.path[:0] = ['tests']; import test_lessons as t; print(t.run_check(6, 'how_long'))"``.
+    """
     script = check_script(number, name, exercise, context)
     return check_line(_run_and_reap([sys.executable, "-c", script], cwd=LESSONS, timeout=CHECK_DEADLINE))
 
 
 CHECK_DEADLINE, HIDDEN_DEADLINE = 180, 300  # seconds a check cell, a run of the hidden tests, may take in all
+# Seconds one hidden test may take on a wrong answer: the grader's default wall limit (30 s) for all of a
+# submission's tests, so a hidden test that slow would fail under `cellbox grade` too; an answer that hangs
+# (no timeout at all) costs that, not a minute per test.
+MISTAKE_PER_TEST = 30
 
 
-def hidden_tests(number: int, tmp: Path, name: str | None = None, exercise: str | None = None) -> list[str]:
+def hidden_tests(
+    number: int, tmp: Path, name: str | None = None, exercise: str | None = None, per_test: float = 60
+) -> list[str]:
     """pytest's arguments for the lesson's hidden tests on the module ``cellbox grade`` makes of its notebook.
 
     Writes that module (``exercise`` in place of the solution of ``name``) and an empty pytest.ini into ``tmp``;
     the run goes in ``tmp``, with ``tmp`` on the path, and leaves its JUnit XML report in ``tmp/report.xml``.
+    A test still running after ``per_test`` seconds fails (pytest-timeout), unless it has a timeout mark of its own.
     """
     lesson = LESSON[number]
     cells = [_cell(lesson, "setup").solution]
@@ -505,7 +586,7 @@ def hidden_tests(number: int, tmp: Path, name: str | None = None, exercise: str 
         str(tmp),
         f"--junitxml={tmp / 'report.xml'}",
         # A hung test fails, as the grader's per-test deadline makes it fail.
-        *(["--timeout=60"] if importlib.util.find_spec("pytest_timeout") else []),
+        *([f"--timeout={per_test:g}"] if importlib.util.find_spec("pytest_timeout") else []),
         str(LESSONS / "grading" / f"test_lesson{number:02d}.py"),
     ]
 
@@ -531,7 +612,10 @@ def hidden_outcomes(done: subprocess.CompletedProcess[str], tmp: Path) -> dict[s
 
 
 def run_hidden_tests(number: int, tmp: Path, name: str | None = None, exercise: str | None = None) -> dict[str, str]:
-    """{test name: outcome} of the lesson's hidden tests on the module ``cellbox grade`` makes of its notebook."""
+    """{test name: outcome} of the lesson's hidden tests on the module ``cellbox grade`` makes of its notebook.
+
+    Like :func:`run_check`, one run alone, to try an answer by hand.
+    """
     args = hidden_tests(number, tmp, name, exercise)
     env = {**os.environ, **hidden_env(tmp)}
     done = _run_and_reap([sys.executable, "-m", "pytest", *args], cwd=tmp, env=env, timeout=HIDDEN_DEADLINE)
@@ -702,6 +786,59 @@ MISTAKES += [
     ),
 ]
 
+# Lesson 2, a student alone: a pid written out, the lesson's route in other quotes, a statement, a function not
+# called; json.loads for a Python literal, SyntaxError escaping, no dict test, dict() of anything, a longer denylist.
+_ROUTE = ("[c for c in ().__class__.__base__.__subclasses__() if c.__name__ == 'catch_warnings'][0]()"
+          "._module.__builtins__['__import__']('os').getpid")
+_SCORES = """
+    import ast, json
+    def load_scores(text):
+        {body}
+    """
+MISTAKES += [
+    Mistake(2, "reach_os", "pid-written-out", """
+            import os
+            def reach_os():
+                return str(os.getpid())
+            """, "written out, not computed"),
+    Mistake(2, "reach_os", "the-lesson-in-double-quotes", """
+            def reach_os():
+                return ('[c for c in ().__class__.__base__.__subclasses__() if c.__name__ == "_wrap_close"][0]'
+                        '.__init__.__globals__["getpid"]()')
+            """, "that is the escape from above"),
+    Mistake(2, "reach_os", "a-statement", """
+            def reach_os():
+                return "import os; os.getpid()"
+            """, "not a statement"),
+    Mistake(2, "reach_os", "getpid-not-called", f"""
+            def reach_os():
+                return {_ROUTE!r}
+            """, "call it"),
+    Mistake(2, "load_scores", "json-loads", _SCORES.format(body="""value = json.loads(text)
+        if not isinstance(value, dict):
+            raise ValueError("not a dict")
+        return value"""), "json.loads, say, reads JSON only"),
+    Mistake(2, "load_scores", "syntax-error-escapes", _SCORES.format(body="""value = ast.literal_eval(text)
+        if not isinstance(value, dict):
+            raise ValueError("not a dict")
+        return value"""), "catch SyntaxError too"),
+    Mistake(2, "load_scores", "no-dict-test", _SCORES.format(body="""try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError) as error:
+            raise ValueError(str(error)) from None"""), "is not a dict literal"),
+    Mistake(2, "load_scores", "dict-of-anything", _SCORES.format(body="""try:
+            return dict(ast.literal_eval(text))
+        except (ValueError, SyntaxError) as error:
+            raise ValueError(str(error)) from None"""), "rather than converting with dict()"),
+    Mistake(2, "load_scores", "a-longer-denylist", _SCORES.format(body="""for word in ("__", "(", "import", "lambda"):
+            if word in text:
+                raise ValueError("refused: " + word)
+        value = eval(text, {"__builtins__": {}})
+        if not isinstance(value, dict):
+            raise ValueError("not a dict")
+        return value"""), "believing a denylist is finished"),
+]
+
 MISTAKES += [
     Mistake(
         3,
@@ -857,6 +994,92 @@ MISTAKES += [
     ),
 ]
 
+# Lesson 4, a student alone: LANG always or never, PATH copied or found, extra first or changed or never None,
+# the notebook's own environment scrubbed; denylist answers the wrong way round or not as written.
+_ALLOW = """
+    import os, shutil, sys
+    def allowlist_env(home, extra=None):
+        {body}
+    """
+_PATH = 'os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin", "/bin"])'
+_LANG = '''if "LANG" in os.environ:
+            env["LANG"] = os.environ["LANG"]'''
+MISTAKES += [
+    Mistake(4, "allowlist_env", "lang-always", _ALLOW.format(body=f"""env = {{"PATH": {_PATH}, "HOME": str(home),
+               "TMPDIR": str(home), "LANG": os.environ.get("LANG", "C.UTF-8")}}
+        env.update(extra or {{}})
+        return env"""), "copy LANG only when it is set"),
+    Mistake(4, "allowlist_env", "lang-never", _ALLOW.format(body=f"""env = {{"PATH": {_PATH}, "HOME": str(home),
+               "TMPDIR": str(home)}}
+        env.update(extra or {{}})
+        return env"""), "should get the same LANG"),
+    Mistake(4, "allowlist_env", "path-copied", _ALLOW.format(body=f"""env = {{"PATH": os.environ["PATH"],
+               "HOME": str(home), "TMPDIR": str(home)}}
+        {_LANG}
+        env.update(extra or {{}})
+        return env"""), "PATH was copied from this notebook's environment"),
+    Mistake(4, "allowlist_env", "path-found-with-which", _ALLOW.format(body=f"""env = {{"PATH": os.pathsep.join(
+            [os.path.dirname(shutil.which("python3") or sys.executable), "/usr/bin", "/bin"]),
+            "HOME": str(home), "TMPDIR": str(home)}}
+        {_LANG}
+        env.update(extra or {{}})
+        return env"""), "PATH should start with the directory of sys.executable"),
+    Mistake(4, "allowlist_env", "path-without-bin", _ALLOW.format(body=f"""env = {{
+            "PATH": os.path.dirname(sys.executable), "HOME": str(home), "TMPDIR": str(home)}}
+        {_LANG}
+        env.update(extra or {{}})
+        return env"""), "expected the directory of sys.executable, /usr/bin and /bin"),
+    Mistake(4, "allowlist_env", "extra-first", _ALLOW.format(body=f"""env = dict(extra or {{}})
+        env.update(PATH={_PATH}, HOME=str(home), TMPDIR=str(home))
+        {_LANG}
+        return env"""), "add the names of extra last"),
+    Mistake(4, "allowlist_env", "changes-extra", _ALLOW.format(body=f"""env = extra if extra is not None else {{}}
+        env.update(PATH={_PATH}, HOME=str(home), TMPDIR=str(home))
+        {_LANG}
+        return env"""), "changed the caller's extra dict"),
+    Mistake(4, "allowlist_env", "extra-never-none", _ALLOW.format(body=f"""env = {{"PATH": {_PATH}, "HOME": str(home),
+               "TMPDIR": str(home)}}
+        {_LANG}
+        env.update(extra)
+        return env"""), "extra may be None"),
+    Mistake(4, "allowlist_env", "scrubs-the-notebook", _ALLOW.format(body=f"""lang = os.environ.get("LANG")
+        os.environ.clear()
+        os.environ.update(PATH={_PATH}, HOME=str(home), TMPDIR=str(home))
+        if lang is not None:
+            os.environ["LANG"] = lang
+        os.environ.update(extra or {{}})
+        return dict(os.environ)"""), "changed this notebook's own environment"),
+    Mistake(4, "allowlist_env", "tmpdir-is-the-system-one", _ALLOW.format(body=f"""import tempfile
+        env = {{"PATH": {_PATH}, "HOME": str(home), "TMPDIR": tempfile.gettempdir()}}
+        {_LANG}
+        env.update(extra or {{}})
+        return env"""), "HOME and TMPDIR should both be the home you were given"),
+    Mistake(4, "denylist_passes", "the-names-it-drops", """
+            SAMPLE = {"PATH": "", "HOME": "", "GITHUB_TOKEN": "", "DB_PASSWORD": "", "AWS_SECRET_ACCESS_KEY": "",
+                      "DATABASE_URL": "", "NPM_AUTH": "", "KEYBOARD_LAYOUT": ""}
+            def denylist_passes():
+                return {"GITHUB_TOKEN", "DB_PASSWORD", "AWS_SECRET_ACCESS_KEY", "KEYBOARD_LAYOUT"}
+            """, "the names the denylist drops"),
+    Mistake(4, "denylist_passes", "keyboard-layout-passes", """
+            SAMPLE = {"PATH": "", "HOME": "", "GITHUB_TOKEN": "", "DB_PASSWORD": "", "AWS_SECRET_ACCESS_KEY": "",
+                      "DATABASE_URL": "", "NPM_AUTH": "", "KEYBOARD_LAYOUT": ""}
+            def denylist_passes():
+                return {"PATH", "HOME", "DATABASE_URL", "NPM_AUTH", "KEYBOARD_LAYOUT"}
+            """, "matches anywhere in the name"),
+    Mistake(4, "denylist_passes", "lower-case-names", """
+            SAMPLE = {"PATH": "", "HOME": "", "GITHUB_TOKEN": "", "DB_PASSWORD": "", "AWS_SECRET_ACCESS_KEY": "",
+                      "DATABASE_URL": "", "NPM_AUTH": "", "KEYBOARD_LAYOUT": ""}
+            def denylist_passes():
+                return {"path", "home", "database_url", "npm_auth"}
+            """, "exactly as they are written there"),
+    Mistake(4, "denylist_passes", "a-list", """
+            SAMPLE = {"PATH": "", "HOME": "", "GITHUB_TOKEN": "", "DB_PASSWORD": "", "AWS_SECRET_ACCESS_KEY": "",
+                      "DATABASE_URL": "", "NPM_AUTH": "", "KEYBOARD_LAYOUT": ""}
+            def denylist_passes():
+                return ["PATH", "HOME", "DATABASE_URL", "NPM_AUTH"]
+            """, "should return a set of names"),
+]
+
 _RUN_LIMITED = """
     import resource, signal, subprocess, sys
     def run_limited(code, memory, cpu):
@@ -997,6 +1220,78 @@ MISTAKES += [
         check_only=True,
     ),
 ]
+# Lesson 6, a student alone: no wall deadline, the deadline at `cpu`, soft = hard, SIGXCPU only, any signal as
+# cpu_limit, setrlimit in the notebook; how_long with datetime.now, before the child exits, rounded to an int.
+_CLOCKS = """
+    import resource, signal, subprocess, sys
+    def run_both_clocks(code, cpu, wall):
+        def limit():
+            resource.setrlimit(resource.RLIMIT_CPU, ({soft}, {hard}))
+        try:
+            result = subprocess.run([sys.executable, "-c", code], capture_output=True, preexec_fn=limit, {timeout})
+        except subprocess.TimeoutExpired:
+            return "timed_out"
+        if {cpu_test}:
+            return "cpu_limit"
+        return "ok" if result.returncode == 0 else "error"
+    """
+_BOTH = {"soft": "cpu", "hard": "cpu + 1", "timeout": "timeout=wall",
+         "cpu_test": "result.returncode in (-signal.SIGXCPU, -signal.SIGKILL)"}
+MISTAKES += [
+    Mistake(6, "run_both_clocks", "no-wall-deadline", _CLOCKS.format(**{**_BOTH, "timeout": "text=True"}),
+            "pass timeout=wall"),
+    Mistake(6, "run_both_clocks", "deadline-at-cpu", _CLOCKS.format(**{**_BOTH, "timeout": "timeout=cpu"}),
+            "the wall deadline is `wall`, not `cpu`"),
+    Mistake(6, "run_both_clocks", "soft-equals-hard", _CLOCKS.format(**{**_BOTH, "hard": "cpu"}),
+            "was (1, 1) for cpu=1, expected (1, 2)"),
+    Mistake(6, "run_both_clocks", "sigxcpu-only",
+            _CLOCKS.format(**{**_BOTH, "cpu_test": "result.returncode == -signal.SIGXCPU"}),
+            "a child killed by SIGKILL"),
+    Mistake(6, "run_both_clocks", "any-signal-is-cpu", _CLOCKS.format(**{**_BOTH, "cpu_test": "result.returncode < 0"}),
+            "died of SIGSEGV"),
+    Mistake(6, "run_both_clocks", "only-status-1-is-error",
+            _CLOCKS.format(**_BOTH).replace('result.returncode == 0 else "error"',
+                                            'result.returncode != 1 else "error"'),
+            "exits with 2"),
+    Mistake(6, "run_both_clocks", "setrlimit-in-the-notebook", """
+            import resource, signal, subprocess, sys
+            def run_both_clocks(code, cpu, wall):
+                resource.setrlimit(resource.RLIMIT_CPU, (cpu + 60, cpu + 61))
+                try:
+                    result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=wall)
+                except subprocess.TimeoutExpired:
+                    return "timed_out"
+                return "ok" if result.returncode == 0 else "error"
+            """, "changed this notebook's own limits"),
+    Mistake(6, "which_clock", "sleep-meets-the-cpu-limit", """
+            CASES = dict.fromkeys("abcd")
+            def which_clock():
+                return {"a": "cpu_limit", "b": "timed_out", "c": "cpu_limit", "d": "ok"}
+            """, "does sleeping use CPU"),
+    Mistake(6, "how_long", "datetime-now", """
+            import subprocess, sys
+            from datetime import datetime
+            def how_long(code):
+                started = datetime.now()
+                subprocess.run([sys.executable, "-c", code], capture_output=True)
+                return (datetime.now() - started).total_seconds()
+            """, "so does datetime.now()", check_only=True),
+    Mistake(6, "how_long", "does-not-wait", """
+            import subprocess, sys, time
+            def how_long(code):
+                started = time.monotonic()
+                subprocess.Popen([sys.executable, "-c", code])
+                return time.monotonic() - started
+            """, "returned before the child exited"),
+    Mistake(6, "how_long", "whole-seconds", """
+            import subprocess, sys, time
+            def how_long(code):
+                started = time.monotonic()
+                subprocess.run([sys.executable, "-c", code], capture_output=True)
+                return round(time.monotonic() - started)
+            """, "as a float"),
+]
+
 _RUN_TREE = """
     import os, signal, subprocess, sys
     def run_tree(code, wall):
@@ -1855,6 +2150,38 @@ MISTAKES += [
         "changed this notebook's own limits",
     ),
 ]
+# Lessons 3 and 5 again, a student alone: a zombie left by run_with_timeout, a timeout word spelled another way,
+# the kill's status returned; RLIMIT_DATA for memory, an unlimited hard CPU limit, "MemoryError" anywhere in the
+# last line, only status 1 as an error.
+MISTAKES += [
+    Mistake(3, "run_with_timeout", "kill-without-collecting", """
+            import subprocess, sys
+            def run_with_timeout(code, seconds):
+                proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+                try:
+                    return "ok" if proc.wait(timeout=seconds) == 0 else "error"
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    return "timed_out"
+            """, "zombie (state Z"),
+    Mistake(3, "run_with_timeout", "timed-out-with-a-space",
+            _TIMEOUT.format(timeout="timeout=seconds", status='"ok" if result.returncode == 0 else "error"')
+            .replace('return "timed_out"', 'return "timed out"'), "not 'timed_out'"),
+    Mistake(3, "wait_or_kill", "returns-the-kill-status",
+            _WAIT.format(stop="proc.kill()\n            return proc.wait()"), "expected None"),
+    Mistake(5, "run_limited", "rlimit-data", _LIMITED.format(cpu=_CPU, memory_test=_LAST, cpu_test=_KILLED)
+            .replace("RLIMIT_AS, (memory, memory)", "RLIMIT_DATA, (memory, memory)"), "the child's RLIMIT_AS was"),
+    Mistake(5, "run_limited", "unlimited-hard-cpu",
+            _LIMITED.format(cpu="resource.setrlimit(resource.RLIMIT_CPU, (cpu, resource.RLIM_INFINITY))",
+                            memory_test=_LAST, cpu_test=_KILLED), "expected (2, 3)"),
+    Mistake(5, "run_limited", "memory-error-in-the-last-line", _LIMITED.format(
+            cpu=_CPU, memory_test="if 'MemoryError' in (result.stderr.strip().splitlines() or [''])[-1]:",
+            cpu_test=_KILLED), "merely mentions MemoryError"),
+    Mistake(5, "run_limited", "only-status-1-is-error", _LIMITED.format(cpu=_CPU, memory_test=_LAST, cpu_test=_KILLED)
+            .replace('"ok" if result.returncode == 0 else "error"', '"error" if result.returncode == 1 else "ok"'),
+            "any other end is 'error'"),
+]
 MISTAKES += [
     Mistake(7, "run_tree", "wait-instead-of-communicate",
             """
@@ -2046,6 +2373,7 @@ class MistakeRuns:
     def __init__(self, runner: forkruns.Runner, tmp: pytest.TempPathFactory) -> None:
         self.runner, self.tmp = runner, tmp
         self.made: dict[str, tuple[forkruns.Job, forkruns.Job | None]] = {}
+        self.solutions: dict[str, tuple[list[forkruns.Job], forkruns.Job]] = {}
 
     def jobs(self, mistake: Mistake) -> tuple[forkruns.Job, forkruns.Job | None]:
         """The check cell's job and the hidden tests' job (None for a check-only mistake), made once."""
@@ -2060,15 +2388,44 @@ class MistakeRuns:
             hidden = None
             if not mistake.check_only:
                 tmp = self.tmp.mktemp(f"{key}-hidden")
-                args = hidden_tests(mistake.lesson, tmp, mistake.exercise, mistake.source)
+                args = hidden_tests(mistake.lesson, tmp, mistake.exercise, mistake.source, per_test=MISTAKE_PER_TEST)
                 hidden = forkruns.Job(f"{key} hidden tests", "pytest", args, cwd=str(tmp), folder=str(tmp),
                                       deadline=HIDDEN_DEADLINE, env=hidden_env(tmp), path=[str(tmp)])
             self.made[key] = (check, hidden)
         return self.made[key]
 
-    def submit(self, mistakes: list[Mistake]) -> None:
-        """Queue the runs of ``mistakes``, in order, the check cell of each before its hidden tests."""
-        self.runner.submit([job for mistake in mistakes for job in self.jobs(mistake) if job is not None])
+    def solution_jobs(self, number: int) -> tuple[list[forkruns.Job], forkruns.Job]:
+        """The jobs of lesson ``number``'s solutions: one check cell per exercise, and the hidden tests; made once."""
+        key = f"lesson{number:02d}-solutions"
+        if key not in self.solutions:
+            checks = [
+                forkruns.Job(f"{key} check {name}", "python", [check_script(number, name)], cwd=str(LESSONS),
+                             folder=str(self.tmp.mktemp(f"{key}-{name}")), deadline=CHECK_DEADLINE)
+                for name in LESSON[number].exercises
+            ]
+            tmp = self.tmp.mktemp(f"{key}-hidden")
+            hidden = forkruns.Job(f"{key} hidden tests", "pytest", hidden_tests(number, tmp), cwd=str(tmp),
+                                  folder=str(tmp), deadline=HIDDEN_DEADLINE, env=hidden_env(tmp), path=[str(tmp)])
+            self.solutions[key] = (checks, hidden)
+        return self.solutions[key]
+
+    def submit(self, mistakes: list[Mistake], solutions: tuple[int, ...] = ()) -> None:
+        """Queue the runs of ``mistakes``, in order, the check cell of each before its hidden tests, then those of
+        the lessons ``solutions``."""
+        jobs = [job for mistake in mistakes for job in self.jobs(mistake) if job is not None]
+        for number in solutions:
+            checks, hidden = self.solution_jobs(number)
+            jobs += [*checks, hidden]
+        self.runner.submit(jobs)
+
+    def solution_lines(self, number: int) -> list[str]:
+        """The line each check cell of lesson ``number`` printed with the solutions in place."""
+        return [check_line(self._done(job)) for job in self.solution_jobs(number)[0]]
+
+    def solution_outcomes(self, number: int) -> dict[str, str]:
+        """{test name: outcome} of lesson ``number``'s hidden tests on its solutions."""
+        job = self.solution_jobs(number)[1]
+        return hidden_outcomes(self._done(job), Path(job.folder))
 
     def _done(self, job: forkruns.Job) -> subprocess.CompletedProcess[str]:
         result = self.runner.result(job)
@@ -2090,18 +2447,22 @@ class MistakeRuns:
 @pytest.fixture(scope="session")
 def mistake_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MistakeRuns]:
     """The runs of every wrong answer this session selected, queued at once in the order of their tests."""
-    selected = [
-        item.callspec.params["mistake"]
-        for item in request.session.items
-        if isinstance(item, pytest.Function) and item.originalname == REJECT_TEST and hasattr(item, "callspec")
-    ]
+    def selected(test: str, param: str) -> list[Any]:
+        return [
+            item.callspec.params[param]
+            for item in request.session.items
+            if isinstance(item, pytest.Function) and item.originalname == test and hasattr(item, "callspec")
+        ]
+
+    mistakes = [mistake for mistake in selected(REJECT_TEST, "mistake") if _skip_reason(mistake) is None]
     with forkruns.Runner(PARALLEL, tmp_path_factory.mktemp("forkruns")) as runner:
         runs = MistakeRuns(runner, tmp_path_factory)
-        runs.submit([mistake for mistake in selected if _skip_reason(mistake) is None])
+        runs.submit(mistakes, tuple(selected(SOLUTIONS_TEST, "number")))
         yield runs
 
 
 REJECT_TEST = "test_check_and_hidden_tests_both_reject_a_listed_mistake"
+SOLUTIONS_TEST = "test_solutions_pass_their_checks_and_hidden_tests"
 
 
 def test_fork_runs_keep_what_each_job_does_to_itself(tmp_path: Path) -> None:
@@ -2165,9 +2526,8 @@ def test_check_and_hidden_tests_both_reject_a_listed_mistake(mistake: Mistake, m
 
 @pytest.mark.slow
 @pytest.mark.parametrize("number", sorted(LESSON), ids=lambda n: f"lesson{n:02d}")
-def test_solutions_pass_their_checks_and_hidden_tests(number: int, tmp_path: Path) -> None:
-    for name in LESSON[number].exercises:
-        line = run_check(number, name)
+def test_solutions_pass_their_checks_and_hidden_tests(number: int, mistake_runs: MistakeRuns) -> None:
+    for name, line in zip(LESSON[number].exercises, mistake_runs.solution_lines(number), strict=True):
         assert line.startswith(f"{PASS} {name}"), line
-    outcomes = run_hidden_tests(number, tmp_path)
+    outcomes = mistake_runs.solution_outcomes(number)
     assert outcomes and set(outcomes.values()) == {"passed"}, outcomes

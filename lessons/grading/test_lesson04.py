@@ -1,13 +1,12 @@
 """Hidden tests for lesson 4 (allowlist_env, denylist_passes), run by ``cellbox grade`` against 04-scrub-the-environment.ipynb."""
 
+import contextlib
 import importlib
 import os
-import subprocess
-import sys
 
 import pytest
 
-from cellbox.grading.bridge import submission_module
+from cellbox.grading.bridge import new, submission_module, value_of
 
 NOTEBOOK, MODULE = "04-scrub-the-environment.ipynb", "nb_04_scrub_the_environment"
 
@@ -23,38 +22,79 @@ def nb():
     pytest.fail(f"no notebook for this lesson: submit {NOTEBOOK}")
 
 
+@contextlib.contextmanager
+def their_environment(**changes):
+    """The notebook's process's environment with ``changes`` (None: unset) while the block runs, then as it was."""
+    environ = submission_module("os").environ
+    saved = {name: environ.get(name) for name in changes}
+    for name, value in changes.items():
+        if value is None:
+            environ.pop(name, None)
+        else:
+            environ[name] = value
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                environ.pop(name, None)
+            else:
+                environ[name] = value
+
+
 @pytest.fixture
 def secret():
     # The notebook's code runs in its own process (cellbox grade): the secret goes into that process's environment.
-    environ = submission_module("os").environ
-    environ["ZZ_UNUSUAL_PRIVATE_NAME"] = "secret"
-    yield
-    del environ["ZZ_UNUSUAL_PRIVATE_NAME"]
+    with their_environment(ZZ_UNUSUAL_PRIVATE_NAME="secret"):
+        yield
 
 
-def test_allowlist_env_drops_every_other_name(nb, secret, tmp_path):
-    env = nb.allowlist_env(str(tmp_path))
-    assert set(env) <= {"PATH", "HOME", "TMPDIR", "LANG"}
-    assert "ZZ_UNUSUAL_PRIVATE_NAME" not in env
+def _theirs(value):
+    """``value`` made in the notebook's process, so that a change the notebook makes to it shows here."""
+    try:
+        return new(value)
+    except RuntimeError:  # plain pytest: the notebook is imported into this very process
+        return value
 
 
-def test_allowlist_env_home_and_path(nb, tmp_path):
-    env = nb.allowlist_env(str(tmp_path))
-    assert env["HOME"] == env["TMPDIR"] == str(tmp_path)
+def _path():
     # The interpreter of the notebook's process, not this test's.
-    assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(submission_module("sys").executable)
+    return os.pathsep.join([os.path.dirname(submission_module("sys").executable), "/usr/bin", "/bin"])
 
 
-def test_allowlist_env_adds_extra_names(nb, tmp_path):
-    env = nb.allowlist_env(str(tmp_path), {"A": "1", "B": "2"})
-    assert env["A"] == "1" and env["B"] == "2"
+def test_allowlist_env_has_exactly_the_allowlist(nb, secret, tmp_path):
+    with their_environment(LANG="C.UTF-8", PATH="/opt/nowhere/bin:/usr/bin:/bin"):
+        env = nb.allowlist_env(str(tmp_path))
+        assert submission_module("os").environ["PATH"] == "/opt/nowhere/bin:/usr/bin:/bin"
+    assert env == {"PATH": _path(), "HOME": str(tmp_path), "TMPDIR": str(tmp_path), "LANG": "C.UTF-8"}
 
 
-def test_allowlist_env_child_sees_no_secret(nb, secret, monkeypatch, tmp_path):
-    monkeypatch.setenv("ZZ_UNUSUAL_PRIVATE_NAME", "secret")
+def test_allowlist_env_copies_lang_only_when_set(nb, tmp_path):
+    with their_environment(LANG=None):
+        env = nb.allowlist_env(str(tmp_path))
+    assert env == {"PATH": _path(), "HOME": str(tmp_path), "TMPDIR": str(tmp_path)}
+
+
+def test_allowlist_env_adds_extra_names_last(nb, tmp_path):
+    with their_environment(LANG=None):
+        env = nb.allowlist_env(str(tmp_path), {"A": "1", "B": "2", "PATH": "/custom/bin"})
+    assert env == {"PATH": "/custom/bin", "HOME": str(tmp_path), "TMPDIR": str(tmp_path), "A": "1", "B": "2"}
+
+
+def test_allowlist_env_leaves_extra_and_the_notebook_alone(nb, tmp_path):
+    extra = _theirs({"COURSE": "py101"})
+    environ = submission_module("os").environ
+    before = {name: environ[name] for name in environ}
+    nb.allowlist_env(str(tmp_path), extra)
+    assert value_of(extra) == {"COURSE": "py101"}
+    assert {name: environ[name] for name in environ} == before
+
+
+def test_allowlist_env_child_sees_no_secret(nb, secret, tmp_path):
     code = "import os; print(os.environ.get('ZZ_UNUSUAL_PRIVATE_NAME'), os.path.expanduser('~'))"
     env = nb.allowlist_env(str(tmp_path))
-    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    child = submission_module("subprocess").run([submission_module("sys").executable, "-c", code],
+                                                capture_output=True, text=True, env=env)
     assert child.stdout.split() == ["None", str(tmp_path)]
 
 

@@ -6,6 +6,8 @@ import time
 
 import pytest
 
+from cellbox.grading.bridge import submission_module, submission_tmp_path
+
 NOTEBOOK, MODULE = "06-both-clocks.ipynb", "nb_06_both_clocks"
 
 
@@ -20,21 +22,49 @@ def nb():
     pytest.fail(f"no notebook for this lesson: submit {NOTEBOOK}")
 
 
+# Children that end by themselves: a wrong answer gives a wrong word at once instead of hanging the test.
+SPIN_2S = "import time\nend = time.process_time() + 2\nwhile time.process_time() < end: pass"
+
 
 def test_run_both_clocks_ok_and_error(nb):
     assert nb.run_both_clocks("pass", 2, 10) == "ok"
-    assert nb.run_both_clocks("import sys; sys.exit(9)", 2, 10) == "error"
+    for status in (1, 2, 3, 4, 5, 9):
+        assert nb.run_both_clocks(f"import sys; sys.exit({status})", 2, 10) == "error", status
+
+
+def test_run_both_clocks_other_signals_are_errors(nb):
+    for name in ("SIGSEGV", "SIGTERM"):
+        code = ("import os, resource, signal; resource.setrlimit(resource.RLIMIT_CORE, (0, 0)); "
+                f"os.kill(os.getpid(), signal.{name})")
+        assert nb.run_both_clocks(code, 2, 10) == "error", name
 
 
 def test_run_both_clocks_spinning_is_cpu_limit(nb):
-    assert nb.run_both_clocks("x = 0\nwhile True: x += 1", 1, 30) == "cpu_limit"
+    assert nb.run_both_clocks(SPIN_2S, 1, 30) == "cpu_limit"
+
+
+def test_run_both_clocks_sigxcpu_and_sigkill_are_cpu_limit(nb):
+    # What the kernel sends at the soft and at the hard CPU limit (to a child that ignores SIGXCPU), sent by the
+    # child to itself: how they are read, without spending the CPU seconds.
+    for name in ("SIGXCPU", "SIGKILL"):
+        assert nb.run_both_clocks(f"import os, signal; os.kill(os.getpid(), signal.{name})", 2, 10) == "cpu_limit", name
+
+
+def test_run_both_clocks_hard_cpu_limit_one_above(nb):
+    code = "import resource, sys; sys.exit(0 if resource.getrlimit(resource.RLIMIT_CPU) == (2, 3) else 3)"
+    assert nb.run_both_clocks(code, 2, 10) == "ok"
 
 
 def test_run_both_clocks_blocked_socket_is_timed_out(nb):
-    code = "import socket\na, b = socket.socketpair()\na.recv(1)"
+    # The socket gives up after 8 s: without a wall deadline the child ends with an error, not a hang.
+    code = "import socket\na, b = socket.socketpair()\na.settimeout(8)\na.recv(1)"
     started = time.monotonic()
     assert nb.run_both_clocks(code, 1, 1) == "timed_out"
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 6
+
+
+def test_run_both_clocks_a_sleeper_under_the_wall_deadline_is_ok(nb):
+    assert nb.run_both_clocks("import time; time.sleep(1.5)", 1, 10) == "ok"
 
 
 def test_which_clock(nb):
@@ -42,4 +72,7 @@ def test_which_clock(nb):
 
 
 def test_how_long_measures_a_sleeper_on_the_wall_clock(nb):
-    assert 0.9 <= nb.how_long("import time; time.sleep(1)") < 10
+    flag = submission_module("os").path.join(submission_tmp_path(), "done")
+    took = nb.how_long(f"import time; time.sleep(1); open({flag!r}, 'w').close()")
+    assert isinstance(took, float) and 0.9 <= took < 10
+    assert submission_module("os").path.exists(flag), "how_long returned before the child exited"

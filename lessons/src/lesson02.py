@@ -86,7 +86,8 @@ print(filtered_exec(sneaky))
 """)
 
 md("""
-The filter refused the honest version and ran the sneaky one, which got our process id again.
+The filter refused the honest version and ran the sneaky one, which reached `os` again and returned the process
+id. (Under the cellbox kernel every cell runs in a fresh process, so it is not the number printed above.)
 
 ## 3. This is not just us
 
@@ -128,14 +129,18 @@ def reach_os():
 """)
 
 check("reach_os", """
-import os
+import os, subprocess, sys
 
 def test():
     expression = reach_os()
     expect(isinstance(expression, str), f"reach_os should return the expression as a string, not {type(expression).__name__}")
-    expect(expression != escape, "that is the escape from above: find another route, for example through catch_warnings")
+    expect("_wrap_close" not in expression, "that is the escape from above (through _wrap_close): find another route, "
+           "for example through catch_warnings")
     try:
         value = eval(expression, {"__builtins__": {}})
+    except SyntaxError as error:
+        raise Feedback(f"eval could not read it ({error.msg}): return one expression, not a statement such as "
+                       "import; eval evaluates expressions only") from None
     except NameError as error:
         raise Feedback(f"the expression used a builtin that is not there ({error}): start from () instead") from None
     except AttributeError as error:
@@ -143,7 +148,17 @@ def test():
             raise
         raise Feedback(f"the expression used __builtins__ as if it were always a module ({error}): in the warnings "
                        "module it is a dict, so write __builtins__['__import__']") from None
+    expect(not callable(value), f"the expression evaluated to {value!r}, a function: call it, getpid()")
     expect(value == os.getpid(), f"the expression evaluated to {value!r}, not the process id {os.getpid()}")
+    # Another process has another id: an expression that really asks the OS gives that one.
+    probe = f"import os, subprocess, warnings; print(eval({expression!r}, {{'__builtins__': {{}}}}) == os.getpid())"
+    with deadline(10, "evaluating the expression in another process did not end within 10 s"):
+        other = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    said = (other.stderr.strip().splitlines() or [""])[-1]
+    expect(other.stdout.strip() != "False", "in another process the expression did not give that process's id: it "
+           "is this notebook's process id written out, not computed; reach os.getpid and call it")
+    expect(other.stdout.strip() == "True", f"in a new Python process (with os, subprocess and warnings imported) the "
+           f"expression failed ({said}): it leans on something only this notebook has loaded")
     return "no builtins, and still the os module: an in-process sandbox is no boundary"
 check("reach_os", test)
 """)
@@ -176,13 +191,21 @@ def load_scores(text):
 """)
 
 check("load_scores", """
-import os
+import ast
 
 def test():
-    got = load_scores('{"ada": 9, "bob": 7}')
-    expect(got == {"ada": 9, "bob": 7}, f"a plain dict literal gave {got!r}")
+    for text in ('{"ada": 9, "bob": 7}', "{'ada': 9, 'bob': 7}", "{'ada': -1, 'ok': True, 'note': None}", "{}"):
+        try:
+            got = load_scores(text)
+        except ValueError as error:
+            raise Feedback(f"load_scores refused the plain dict literal {text} ({error}): "
+                           "json.loads, say, reads JSON only (double quotes, true, null); a Python literal needs "
+                           "ast.literal_eval") from None
+        expect(got == ast.literal_eval(text) and isinstance(got, dict), f"the plain dict literal {text} gave {got!r}")
     refused = []
-    for attack in (escape, "{'pid': " + escape + "}", "__import__('os').getpid()", "{'a': (lambda: 1)()}"):
+    attacks = (escape, "{'pid': " + escape + "}", "__import__('os').getpid()", "{'a': (lambda: 1)()}",
+               "{'ada': 9 if True else 0}", "{'ada': 'x' * 3}", "{'ada': ada}")
+    for attack in attacks:
         try:
             value = load_scores(attack)
         except ValueError:
@@ -194,12 +217,26 @@ def test():
             raise Feedback(f"load_scores refused {len(refused)} attack(s) but ran {attack!r} and returned {value!r}: "
                            "believing a denylist is finished; parse data with ast.literal_eval instead of filtering code")
         raise Feedback(f"load_scores ran code and returned {value!r}: eval with no builtins is still eval, use ast.literal_eval")
-    try:
-        load_scores("[1, 2, 3]")
-    except ValueError:
-        pass
-    else:
-        raise Feedback("a list is not a dict of scores: raise ValueError for it")
+    for broken in ("import os", "{'ada': 9"):
+        try:
+            load_scores(broken)
+        except ValueError:
+            pass
+        except SyntaxError:
+            raise Feedback(f"load_scores let SyntaxError escape for {broken!r}, which is not Python at all: "
+                           "catch SyntaxError too and raise ValueError") from None
+        else:
+            raise Feedback(f"load_scores accepted {broken!r}: raise ValueError for it")
+    for other in ("[1, 2, 3]", "[('ada', 9)]", "{1, 2}", "'ada'"):
+        try:
+            got = load_scores(other)
+        except ValueError:
+            continue
+        except TypeError:
+            raise Feedback(f"load_scores raised TypeError for {other}: check isinstance(value, dict) and raise "
+                           "ValueError, rather than converting with dict()") from None
+        raise Feedback(f"{other} is not a dict literal but load_scores gave {got!r}: check isinstance(value, dict) "
+                       "and raise ValueError otherwise")
     return "data is parsed, never run"
 check("load_scores", test)
 """)

@@ -125,14 +125,47 @@ def allowlist_env(home, extra=None):
 """)
 
 check("allowlist_env", """
-import os, subprocess, sys, tempfile
+import contextlib, os, subprocess, sys, tempfile
+from pathlib import Path
+
+@contextlib.contextmanager
+def environment(**changes):
+    \"\"\"This notebook's environment with `changes` (None: unset) while the block runs, as it was afterwards.\"\"\"
+    saved = dict(os.environ)
+    for name, value in changes.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 def test():
-    os.environ["SERVICE_CREDENTIALS"] = "hunter2"
     home = tempfile.mkdtemp(prefix="lesson04-check-")
-    env = allowlist_env(home)
+    try:
+        return probe(home)
+    finally:
+        os.rmdir(home)
+
+def probe(home):
+    path = os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin", "/bin"])
+    # Our PATH is changed meanwhile: a PATH copied from the notebook, or found from it, shows.
+    with environment(SERVICE_CREDENTIALS="hunter2", LANG="C.UTF-8", PATH="/opt/nowhere/bin:/usr/bin:/bin"):
+        before = dict(os.environ)
+        try:
+            env = allowlist_env(home)
+        except TypeError as error:
+            raise Feedback(f"allowlist_env(home) raised TypeError ({error}): extra may be None, so add "
+                           "`extra or {}`") from None
+        after = dict(os.environ)
+    lang = env.get("LANG") if isinstance(env, dict) else None
     expect(isinstance(env, dict), f"allowlist_env should return a dict, not {type(env).__name__}")
     expect(env is not os.environ, "return a new dict, not os.environ itself")
+    expect(after == before, "allowlist_env changed this notebook's own environment (os.environ): build a new dict "
+           "and leave os.environ alone; the scrubbing is for the child, not for us")
     expect("SERVICE_CREDENTIALS" not in env, "SERVICE_CREDENTIALS leaked: start from an empty dict, not a copy of os.environ")
     expect("PATH" in env, "there is no PATH: without it the child cannot find programs such as git or python3")
     unexpected = sorted(set(env) - {"PATH", "HOME", "TMPDIR", "LANG"})
@@ -140,18 +173,32 @@ def test():
     expect(env.get("HOME") != os.path.expanduser("~") or home == os.path.expanduser("~"),
            "HOME is still your real home: point it at the throwaway directory you were given")
     expect(env.get("HOME") == home and env.get("TMPDIR") == home, "HOME and TMPDIR should both be the home you were given")
-    expect(env.get("PATH", "").split(os.pathsep)[0] == os.path.dirname(sys.executable),
+    expect(env["PATH"] != "/opt/nowhere/bin:/usr/bin:/bin", "PATH was copied from this notebook's environment: "
+           "build it from the directory of sys.executable, then /usr/bin and /bin")
+    expect(env["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable),
            "PATH should start with the directory of sys.executable, so the child finds our Python first")
-    expect(allowlist_env(home, {"COURSE": "py101"}).get("COURSE") == "py101", "names given in extra should be added")
-    from pathlib import Path
+    expect(env["PATH"] == path, f"PATH was {env['PATH']!r}: expected the directory of sys.executable, /usr/bin and "
+           f"/bin, joined with os.pathsep")
+    extra = {"COURSE": "py101"}
+    got = allowlist_env(home, extra)
+    expect(extra == {"COURSE": "py101"}, "allowlist_env changed the caller's extra dict: copy into a new dict")
+    expect(got.get("COURSE") == "py101", "names given in extra should be added")
+    expect(allowlist_env(home, {"PATH": "/custom/bin"}).get("PATH") == "/custom/bin", "a PATH given in extra was "
+           "overwritten: add the names of extra last, so that what the caller asks for wins")
     typed = allowlist_env(Path(home), {"COURSE": "py101"})
     odd = sorted(name for name, value in typed.items() if not isinstance(value, str))
     expect(not odd, f"{odd} are not strings when home is a pathlib.Path: environment values must be str, use str(home)")
     expect(typed.get("HOME") == home, "HOME should be str(home) when home is a pathlib.Path")
-    child = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('SERVICE_CREDENTIALS'))"],
-                           capture_output=True, text=True, env=env)
+    with environment(SERVICE_CREDENTIALS="hunter2"):
+        env = allowlist_env(home)
+        child = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('SERVICE_CREDENTIALS'))"],
+                               capture_output=True, text=True, env=env)
     expect(child.stdout.strip() == "None", "a child started with this environment still saw the secret")
-    os.rmdir(home)
+    expect(lang == "C.UTF-8", "with LANG set in os.environ, the child should get the same LANG: copy it")
+    with environment(LANG=None):
+        unset = allowlist_env(home)
+    expect("LANG" not in unset, f"with LANG not set in os.environ, the child got LANG={unset.get('LANG')!r}: copy "
+           "LANG only when it is set")
     return "the child gets only what you chose, and a throwaway home"
 check("allowlist_env", test)
 """)
@@ -185,16 +232,28 @@ def denylist_passes():
     ### END SOLUTION
 """)
 
-check("denylist_passes", """
+check("denylist_passes", f"""
+# Whether each name passes, as digests: reading this cell gives no answer away.
+ANSWERS = {hashed("denylist_passes", {name: name in {"PATH", "HOME", "DATABASE_URL", "NPM_AUTH"} for name in
+                  ["PATH", "HOME", "GITHUB_TOKEN", "DB_PASSWORD", "AWS_SECRET_ACCESS_KEY", "DATABASE_URL", "NPM_AUTH",
+                   "KEYBOARD_LAYOUT"]})}
+
 def test():
     guess = denylist_passes()
-    expect(isinstance(guess, set), f"denylist_passes() should return a set of names, not {type(guess).__name__}")
-    truth = {k for k in SAMPLE if not any(w in k for w in ("TOKEN", "SECRET", "PASSWORD", "KEY"))}
-    missed = sorted(truth - guess)
-    expect(not missed, f"the denylist also keeps {missed}: it only drops names that contain TOKEN, SECRET, PASSWORD "
-           "or KEY, and a secret can hide under any other name")
-    extra = sorted(guess - truth)
-    expect(not extra, f"the denylist drops {extra}: `w in k` matches anywhere in the name, harmless names included")
+    expect(isinstance(guess, (set, frozenset)), f"denylist_passes() should return a set of names, not {{type(guess).__name__}}")
+    unknown = sorted(str(name) for name in guess if name not in SAMPLE)
+    expect(not unknown, f"{{unknown}} are not names of SAMPLE: give the names exactly as they are written there")
+    kept = {{name: name in guess for name in SAMPLE}}
+    wrong = wrong_keys("denylist_passes", kept, ANSWERS)
+    if len(wrong) == len(SAMPLE):
+        raise Feedback("every name is the wrong way round: those are the names the denylist drops, and the question "
+                       "asks which it keeps")
+    for name in wrong:
+        if kept[name]:
+            raise Feedback(f"{{name}} does not pass: `w in k` matches anywhere in the name, so look for TOKEN, SECRET, "
+                           "PASSWORD and KEY inside it, harmless names included")
+        raise Feedback(f"{{name}} passes too: the denylist only drops names that contain TOKEN, SECRET, PASSWORD or "
+                       "KEY, and a secret can hide under any other name")
     return "two secrets pass the denylist, one harmless name does not: that is why we allowlist"
 check("denylist_passes", test)
 """)

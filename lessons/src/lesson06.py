@@ -36,15 +36,17 @@ def clocks(code):
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     return time.monotonic() - started, cpu
 
-for name, code in [("spinning", "import time\\nend = time.monotonic() + 1\\nwhile time.monotonic() < end: pass"),
+for name, code in [("spinning", "import time\\nend = time.process_time() + 1\\nwhile time.process_time() < end: pass"),
                    ("sleeping", "import time; time.sleep(1)")]:
     wall, cpu = clocks(code)
     print(f"{name}: wall {wall:.2f} s, CPU {cpu:.2f} s")
 """)
 
 md("""
-Both took a second on the wall; only the spinner used a second of CPU. Sleeping, waiting for input, waiting on a
-network connection or a lock: all of these burn **no CPU**.
+Both took a second or more on the wall; only the spinner used a second of CPU (it spins until its own CPU clock,
+`time.process_time()`, has moved a second; on a busy machine its wall time is longer, because it waits its turn
+for a processor). Sleeping, waiting for input, waiting on a network connection or a lock: all of these burn
+**no CPU**.
 
 ## 2. The failure: `RLIMIT_CPU` alone does not stop a sleeper
 
@@ -119,20 +121,62 @@ def run_both_clocks(code, cpu, wall):
 """)
 
 check("run_both_clocks", """
-import time
+import os, resource, tempfile, time
+
+# A spinner that stops by itself after 2 s of CPU: past a 1 s CPU limit, but never hanging the check.
+SPIN_2S = "import time\\nend = time.process_time() + 2\\nwhile time.process_time() < end: pass"
 
 def test():
+    # While the check runs, a setrlimit called in this notebook's own process is noted and not applied (so a
+    # mistake never limits the cells after it); in the child (preexec_fn runs there) it works as usual.
+    real, here, called_here = resource.setrlimit, os.getpid(), []
+    def guarded(which, limits):
+        if os.getpid() == here:
+            called_here.append(which)
+            return None
+        return real(which, limits)
+    resource.setrlimit = guarded
+    try:
+        return probe(called_here)
+    finally:
+        resource.setrlimit = real
+
+def probe(called_here):
     got = run_both_clocks("print('hi')", 1, 5)
+    expect(not called_here, "run_both_clocks called setrlimit in this notebook's own process, which would have "
+           "changed this notebook's own limits: call it in the child through preexec_fn")
     expect(got == "ok", f"a quick child gave {got!r}, expected 'ok'")
-    # wall=10: long enough for 1 s of CPU on a busy machine, short enough to end inside the check's own 20 s.
-    got = run_both_clocks("while True: pass", 1, 10)
-    expect(got == "cpu_limit", f"a spinning loop with cpu=1 and wall=10 gave {got!r}: set RLIMIT_CPU in the child")
-    started = time.monotonic()
-    got = run_both_clocks("import time; time.sleep(60)", 1, 1)
-    expect(got == "timed_out", f"a sleeping child with wall=1 gave {got!r}: sleeping uses no CPU, only the wall clock sees it")
-    expect(time.monotonic() - started < 10, "the sleeper was not stopped after 1 s: pass timeout=wall")
+    for status in (1, 2, 3, 4, 5):
+        got = run_both_clocks(f"import os; os._exit({status})", 1, 5)
+        expect(got == "error", f"a child that exits with {status} gave {got!r}: any non-zero return code is 'error'")
     got = run_both_clocks("raise KeyError('x')", 1, 5)
     expect(got == "error", f"an uncaught exception gave {got!r}, expected 'error'")
+    got = run_both_clocks("import time; time.sleep(1.5)", 1, 5)
+    expect(got == "ok", f"a child sleeping 1.5 s with cpu=1 and wall=5 gave {got!r}: sleeping uses no CPU, and the "
+           "wall deadline is `wall`, not `cpu`")
+    seen = os.path.join(tempfile.mkdtemp(prefix="lesson06-"), "limits")
+    run_both_clocks(f"import resource; print(resource.getrlimit(resource.RLIMIT_CPU), file=open({seen!r}, 'w'))", 1, 5)
+    said = open(seen).read().strip() if os.path.exists(seen) else "nothing (the child never ran)"
+    expect(said == "(1, 2)", f"the child's RLIMIT_CPU was {said} for cpu=1, expected (1, 2): set RLIMIT_CPU in the "
+           "child (preexec_fn), soft = cpu seconds, hard one second above")
+    # What the kernel sends at the CPU limits, sent by the child to itself: no CPU spent to see how it is read.
+    for name, meaning in (("SIGXCPU", "the soft CPU limit"), ("SIGKILL", "the hard CPU limit, which a child that "
+                                                                        "ignores SIGXCPU meets")):
+        got = run_both_clocks(f"import os, signal; os.kill(os.getpid(), signal.{name})", 1, 5)
+        expect(got == "cpu_limit", f"a child killed by {name} (what {meaning} sends) gave {got!r}: count both "
+               "-signal.SIGXCPU and -signal.SIGKILL as cpu_limit")
+    for name in ("SIGSEGV", "SIGTERM"):
+        got = run_both_clocks("import os, resource, signal; resource.setrlimit(resource.RLIMIT_CORE, (0, 0)); "
+                              f"os.kill(os.getpid(), signal.{name})", 1, 5)
+        expect(got == "error", f"a child that died of {name} gave {got!r}: only SIGXCPU and SIGKILL mean the CPU "
+               "limit, so compare the return code with those two, not with `< 0`; any other end is 'error'")
+    got = run_both_clocks(SPIN_2S, 1, 10)
+    expect(got == "cpu_limit", f"a child spinning for 2 s of CPU with cpu=1 and wall=10 gave {got!r}: set RLIMIT_CPU "
+           "in the child (preexec_fn)")
+    with deadline(4, "a sleeping child with wall=1 was still running 4 s later: RLIMIT_CPU never stops a sleeper, "
+                  "so pass timeout=wall"):
+        got = run_both_clocks("import time; time.sleep(60)", 1, 1)
+    expect(got == "timed_out", f"a sleeping child with wall=1 gave {got!r}: sleeping uses no CPU, only the wall clock sees it")
     return "spinning stops at the CPU limit, waiting at the wall deadline"
 check("run_both_clocks", test)
 """)
@@ -206,23 +250,57 @@ def how_long(code):
 """)
 
 check("how_long", """
-import time
+import datetime as _datetime, os, tempfile, time
+
+REAL_DATETIME = _datetime.datetime
+
+class Jumping(_datetime.datetime):
+    \"\"\"A datetime whose now() jumps an hour at every look, as if someone set the system clock.\"\"\"
+    looks = 0
+    @classmethod
+    def now(cls, tz=None):
+        Jumping.looks += 1
+        return REAL_DATETIME.now(tz) + _datetime.timedelta(hours=Jumping.looks)
+    @classmethod
+    def utcnow(cls):
+        return cls.now()
+    @classmethod
+    def today(cls):
+        return cls.now()
+
+def clock_set_meanwhile():
+    \"\"\"how_long("pass") while the system clock jumps (time.time, time.time_ns, datetime's now).\"\"\"
+    saved = time.time, time.time_ns, _datetime.datetime
+    names = [name for name, value in globals().items() if value is _datetime.datetime and name != "REAL_DATETIME"]
+    jumps = iter(range(1, 10**6))
+    time.time = lambda: saved[0]() + 3600 * next(jumps)
+    time.time_ns = lambda: saved[1]() + 3600 * 10**9 * next(jumps)
+    _datetime.datetime = Jumping
+    for name in names:
+        globals()[name] = Jumping
+    try:
+        return how_long("pass")
+    finally:
+        time.time, time.time_ns, _datetime.datetime = saved
+        for name in names:
+            globals()[name] = saved[2]
 
 def test():
-    took = how_long("import time; time.sleep(1)")
+    flag = os.path.join(tempfile.mkdtemp(prefix="lesson06-"), "done")
+    with deadline(10, "how_long of a 1 s sleeper was still running 10 s later"):
+        took = how_long(f"import time; time.sleep(1); open({flag!r}, 'w').close()")
+    ended = os.path.exists(flag)
+    time.sleep(0 if ended else 1.5)
+    expect(ended or not os.path.exists(flag), "how_long returned before the child exited: wait for it "
+           "(subprocess.run waits) before you read the clock again")
     expect(isinstance(took, float), f"how_long should return seconds as a float, not {type(took).__name__}")
     expect(took >= 0.9, f"a child that slept 1 s took {took:.2f} s by your measure: measuring how long it ran with "
            "CPU time; sleeping uses no CPU, so read the wall clock (time.monotonic())")
     expect(took < 10, f"a child that slept 1 s took {took:.2f} s by your measure, expected about 1")
-    real = time.time
-    jumps = iter(range(10**6))
-    time.time = lambda: real() + 3600 * next(jumps)   # someone sets the system clock, an hour at every look
-    try:
-        took = how_long("pass")
-    finally:
-        time.time = real
-    expect(took < 10, f"with the system clock set forward meanwhile, a quick child took {took:.0f} s by your "
-           "measure: time.time() jumps when the clock is set, time.monotonic() never does")
+    took = clock_set_meanwhile()
+    expect(isinstance(took, float) and took < 10, f"with the system clock set forward meanwhile, a quick child took "
+           f"{took:.0f} s by your measure: time.time() jumps when the clock is set, and so does datetime.now(); "
+           "time.monotonic() never does")
     return "a monotonic wall clock measures sleepers and spinners alike"
 check("how_long", test)
 """)
