@@ -40,7 +40,9 @@ def kc(notebook_dir: Path) -> Iterator[BlockingKernelClient]:
 def test_print_is_a_stdout_stream(kc: BlockingKernelClient) -> None:
     result = execute(kc, "print('hello, world')")
     assert result.status == "ok"
-    assert result.of("stream") == [{"name": "stdout", "text": "hello, world\n"}]
+    assert result.kinds() == ["stream"]
+    assert {c["name"] for c in result.of("stream")} == {"stdout"}
+    assert result.stream() == "hello, world\n"
 
 
 def test_stderr_is_a_stderr_stream(kc: BlockingKernelClient) -> None:
@@ -144,8 +146,7 @@ def test_open_figure_becomes_a_png_at_the_end_of_the_cell(kc: BlockingKernelClie
 
 def test_plt_show_displays_the_figure_before_later_prints(kc: BlockingKernelClient) -> None:
     result = execute(kc, "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\nprint('after the plot')")
-    kinds = [m["msg_type"] for m in result.messages]
-    assert kinds == ["display_data", "stream"]
+    assert result.kinds() == ["display_data", "stream"]
     assert result.stream() == "after the plot\n"
 
 
