@@ -74,7 +74,9 @@ def test_mixed_notebook_gives_the_right_output_for_each_cell(tmp_path: Path) -> 
 
     [memory] = bomb
     assert memory["ename"] == "CellMemoryLimitError"
-    assert memory["evalue"].startswith("the cell asked for more memory than its 256M limit allows: the allocation failed")
+    assert memory["evalue"].startswith(
+        "the cell asked for more memory than its 256M limit allows: the allocation failed"
+    )
 
     assert [(o["output_type"], o["text"]) for o in alive] == [("stream", "kernel alive after 6 cells\n")]
     assert [cell.execution_count for cell in nb.cells] == [1, 2, 3, 4, 5, 6, 7]
