@@ -39,6 +39,9 @@ from grading_cases import (
 )
 from sandboxkit import survivors
 
+# About seventy grading runs, each a sandboxed pytest: heavy, left to CI and -m slow.
+pytestmark = pytest.mark.slow
+
 LIMITS = Limits(wall_time=6, cpu_time=10, memory=1024**3)
 Cases = tuple[Path, Suite]
 

@@ -340,10 +340,15 @@ def forked_by_default(server: ForkServer, monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def _forked_copy(test: Callable[..., None]) -> Callable[..., None]:
-    """A copy of ``test`` (same code, fixtures and parameters) that also uses ``forked_by_default``."""
+    """A copy of ``test`` (same code, fixtures and parameters) that also uses ``forked_by_default``.
+
+    The copies are marked slow: the default test command runs each attack once (test_sandbox_adversarial.py),
+    CI forked too.
+    """
     copy = types.FunctionType(test.__code__, test.__globals__, test.__name__, test.__defaults__, test.__closure__)
     copy.__dict__.update(test.__dict__)
-    copy.pytestmark = [*getattr(test, "pytestmark", []), pytest.mark.usefixtures("forked_by_default").mark]  # type: ignore[attr-defined]
+    marks = [pytest.mark.usefixtures("forked_by_default").mark, pytest.mark.slow.mark]
+    copy.pytestmark = [*getattr(test, "pytestmark", []), *marks]  # type: ignore[attr-defined]
     return copy
 
 
