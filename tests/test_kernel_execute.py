@@ -215,13 +215,13 @@ def test_unknown_limit_name_is_named_in_the_error(kc: BlockingKernelClient) -> N
 
 
 def test_infinite_loop_is_stopped_at_the_wall_limit_and_the_kernel_lives(kc: BlockingKernelClient) -> None:
-    result = execute(kc, "%%limits wall=2\nimport time\nwhile True:\n    time.sleep(0.1)")
+    result = execute(kc, "%%limits wall=1\nimport time\nwhile True:\n    time.sleep(0.1)")
     assert result.status == "error"
     [error] = result.errors
     assert error["ename"] == "CellTimeoutError"
     assert error["evalue"] == (
-        "the cell ran past its 2 s wall-clock limit; it was stopped. "
-        "If it needs longer, put %%limits wall=4 on the cell's first line"
+        "the cell ran past its 1 s wall-clock limit; it was stopped. "
+        "If it needs longer, put %%limits wall=2 on the cell's first line"
     )
     assert result.metadata["cellbox"]["status"] == "timed_out"
     assert execute(kc, "print('still here')").stream() == "still here\n"

@@ -198,8 +198,10 @@ def test_setsid_daemon_holding_stdout_is_killed_and_does_not_delay_the_result() 
         print("parent done", flush=True)
     """
     start = time.monotonic()
-    outcome = run_python(code, mark, limits=Limits(wall_time=10))
-    assert time.monotonic() - start < 2
+    outcome = run_python(code, mark, limits=Limits(wall_time=60))
+    # Nowhere near the 60 s limit: the run ended with the command, not waiting for the daemon's pipe (how soon
+    # after is the machine's pace: Python alone can take seconds to start on a busy one).
+    assert time.monotonic() - start < 30
     assert outcome.status is Status.OK
     assert outcome.stdout == "parent done\n"
     assert outcome.killed_processes == 1
@@ -361,10 +363,10 @@ def test_secret_in_the_parent_environment_is_absent_in_the_child(monkeypatch: py
 
 
 def test_input_with_no_stdin_fails_at_once() -> None:
-    outcome = run_python("input('name? ')", limits=Limits(wall_time=10))
+    outcome = run_python("input('name? ')", limits=Limits(wall_time=60))
     assert outcome.status is Status.ERROR
     assert "EOFError" in outcome.stderr
-    assert outcome.wall_time < 5
+    assert outcome.wall_time < 30  # nowhere near the limit: it did not wait for input
 
 
 def test_stdin_bytes_reach_the_child() -> None:
@@ -398,9 +400,9 @@ def test_daemon_forked_while_the_command_exits_never_stalls_the_run() -> None:
             os._exit(0)
     """
     for _ in range(15):
-        outcome = run_python(code, mark, limits=Limits(wall_time=20))
+        outcome = run_python(code, mark, limits=Limits(wall_time=60))
         assert outcome.status is Status.OK
-        assert outcome.wall_time < 3
+        assert outcome.wall_time < 30  # nowhere near the limit: it did not stall
     assert survivors(mark) == []
 
 
