@@ -30,6 +30,28 @@ def without_notes(outputs: list[Any]) -> list[Any]:
     return [o for o in outputs if NOTE_MIMETYPE not in (o.get("data") or {})]
 
 
+def coalesced(outputs: list[Any]) -> list[dict[str, Any]]:
+    """``outputs`` with each run of consecutive stream outputs of one name joined into one, as nbformat's
+    readers and nbconvert's ``coalesce_streams`` show them.
+
+    How a cell's text is cut into stream messages depends on when the kernel's reader woke up (a busy machine
+    cuts one ``print`` in two); a test about what a cell printed compares the joined text.
+    """
+    joined: list[dict[str, Any]] = []
+    for output in outputs:
+        previous = joined[-1] if joined else None
+        if (
+            output.get("output_type") == "stream"
+            and previous is not None
+            and previous.get("output_type") == "stream"
+            and previous.get("name") == output.get("name")
+        ):
+            previous["text"] += output["text"]
+        else:
+            joined.append(dict(output))
+    return joined
+
+
 def plain(text: str) -> str:
     """``text`` without ANSI colour codes."""
     return ANSI.sub("", text)
@@ -58,6 +80,19 @@ class Result:
     def of(self, msg_type: str) -> list[dict[str, Any]]:
         """The contents of the iopub messages of one type."""
         return [m["content"] for m in self.messages if m["msg_type"] == msg_type]
+
+    def kinds(self) -> list[str]:
+        """The iopub message types in order, each run of stream messages of one name counted once (see
+        :func:`coalesced`: where a kernel cuts a text into messages is not the cell's output)."""
+        kinds: list[str] = []
+        previous: dict[str, Any] | None = None
+        for message in self.messages:
+            content = message["content"]
+            same = message["msg_type"] == "stream" and previous is not None and previous.get("name") == content["name"]
+            if not same:
+                kinds.append(message["msg_type"])
+            previous = content if message["msg_type"] == "stream" else None
+        return kinds
 
     def stream(self, name: str = "stdout") -> str:
         return "".join(c["text"] for c in self.of("stream") if c["name"] == name)

@@ -41,19 +41,31 @@ def rows(tmp_path: Path) -> dict[str, dict]:  # type: ignore[type-arg]
     return {row["id"]: row for row in data["submissions"]}
 
 
+def grade_quick(folder: Path) -> Path:
+    """``folder`` with the QUICK submissions and the suite written in it, graded with two jobs."""
+    write_suite(folder / "tests")
+    write_cases(folder / "subs", QUICK)
+    assert grade(folder, "--jobs", "2") == 0
+    return folder
+
+
 @pytest.fixture
 def graded(tmp_path: Path) -> Path:
-    write_suite(tmp_path / "tests")
-    write_cases(tmp_path / "subs", QUICK)
-    assert grade(tmp_path, "--jobs", "2") == 0
-    return tmp_path
+    """A graded folder of this test's own, to resume or change."""
+    return grade_quick(tmp_path)
 
 
-def test_results_json_has_one_row_per_submission_with_figures(graded: Path) -> None:
-    header = json.loads((graded / "out" / "results.json").read_text())
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One graded folder the tests that only read its reports share."""
+    return grade_quick(tmp_path_factory.mktemp("reports"))
+
+
+def test_results_json_has_one_row_per_submission_with_figures(reports: Path) -> None:
+    header = json.loads((reports / "out" / "results.json").read_text())
     assert header["isolation"].startswith("isolation auto: ")  # the default for hostile submissions
     assert header["limits"]["wall_time"] == 6.0
-    results = rows(graded)
+    results = rows(reports)
     assert {key: row["verdict"] for key, row in results.items()} == {name: CASES[name][1] for name in QUICK}
     honest = results["honest"]
     assert honest["label"] == "TESTS VERIFIED"
@@ -63,8 +75,8 @@ def test_results_json_has_one_row_per_submission_with_figures(graded: Path) -> N
     assert all(test["duration"] >= 0 for test in honest["tests"])
 
 
-def test_grades_csv_is_one_row_per_submission(graded: Path) -> None:
-    with open(graded / "out" / "grades.csv", newline="") as handle:
+def test_grades_csv_is_one_row_per_submission(reports: Path) -> None:
+    with open(reports / "out" / "grades.csv", newline="") as handle:
         table = list(csv.reader(handle))
     assert tuple(table[0]) == CSV_FIELDS
     assert CSV_FIELDS == ("id", "verdict", "passed", "failed", "errors", "skipped", "not_run", "total", "score")
@@ -76,8 +88,8 @@ def test_grades_csv_is_one_row_per_submission(graded: Path) -> None:
     assert by_id["missing"] == ["missing", "unverified", "0", "0", "0", "0", "5", "5", "0.00"]
 
 
-def test_junit_xml_has_a_testsuite_per_submission(graded: Path) -> None:
-    root = ET.parse(graded / "out" / "junit.xml").getroot()
+def test_junit_xml_has_a_testsuite_per_submission(reports: Path) -> None:
+    root = ET.parse(reports / "out" / "junit.xml").getroot()
     assert root.tag == "testsuites"
     suites = {suite.get("name"): suite for suite in root.findall("testsuite")}
     assert sorted(suites) == sorted(QUICK)
@@ -92,12 +104,12 @@ def test_junit_xml_has_a_testsuite_per_submission(graded: Path) -> None:
         assert int(suite.get("tests", "0")) == len(suite.findall("testcase"))
 
 
-def test_every_report_gives_the_same_counts(graded: Path) -> None:
-    suites = {suite.get("name"): suite for suite in ET.parse(graded / "out" / "junit.xml").getroot()}
-    with open(graded / "out" / "grades.csv", newline="") as handle:
+def test_every_report_gives_the_same_counts(reports: Path) -> None:
+    suites = {suite.get("name"): suite for suite in ET.parse(reports / "out" / "junit.xml").getroot()}
+    with open(reports / "out" / "grades.csv", newline="") as handle:
         table = {row["id"]: row for row in csv.DictReader(handle)}
     names = ("passed", "failed", "errors", "skipped", "not_run", "total")
-    for key, row in rows(graded).items():
+    for key, row in rows(reports).items():
         counts = tuple(row[name] for name in names)
         assert tuple(int(table[key][name]) for name in names) == counts
         assert sum(counts[:-1]) == row["total"] == INSTRUCTOR_TOTAL, key
@@ -108,8 +120,8 @@ def test_every_report_gives_the_same_counts(graded: Path) -> None:
         assert junit == (row["total"] + entry, row["failed"], row["errors"] + row["not_run"] + entry, row["skipped"])
 
 
-def test_report_html_is_self_contained_and_colours_by_exact_value(graded: Path) -> None:
-    page = (graded / "out" / "report.html").read_text()
+def test_report_html_is_self_contained_and_colours_by_exact_value(reports: Path) -> None:
+    page = (reports / "out" / "report.html").read_text()
     assert "<svg" in page and page.count("<tr>") == len(QUICK) + 1
     assert not re.search(r"<script|<link|\bsrc=|@import|url\(", page)
     assert not re.search(r"https?://(?!www\.w3\.org/2000/svg)", page)

@@ -20,6 +20,9 @@ from cellbox.grading.venvs import grader_site_hidden
 from grading_cases import CASES, DAEMON_MARKER, write_cases, write_suite, write_tree
 from sandboxkit import survivors
 
+# Each test starts a Dask cluster and grades on it: heavy, left to CI and -m slow.
+pytestmark = pytest.mark.slow
+
 distributed = pytest.importorskip("distributed")
 pytest.importorskip("cryptography")
 import dask  # noqa: E402

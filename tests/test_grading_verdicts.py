@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -39,7 +39,14 @@ from grading_cases import (
 )
 from sandboxkit import survivors
 
+# About seventy grading runs, each a sandboxed pytest: heavy, left to CI and -m slow.
+pytestmark = pytest.mark.slow
+
+# The hanging submission waits out a 6 s wall limit; for every other one the wall limit is only a guard, far past
+# what a sandboxed pytest needs on a busy machine (with 6 s for all, six tests failed at a load of 17).
 LIMITS = Limits(wall_time=6, cpu_time=10, memory=1024**3)
+GUARD_LIMITS = Limits(wall_time=60, cpu_time=10, memory=1024**3)
+HANGS = "hanging"
 Cases = tuple[Path, Suite]
 
 
@@ -79,10 +86,33 @@ def grade(name: str, cases: Cases, base: BaseLibrary, mode: str = "auto") -> Sub
     return grade_with(name, cases, base, Isolation(mode=mode))
 
 
+Graded = Callable[[str, Cases, str], SubmissionResult]
+
+
+@pytest.fixture(scope="module")
+def graded(base: BaseLibrary) -> Graded:
+    """``graded(name, cases, mode)``: the result of grading submission ``name`` once in this module.
+
+    A grading changes nothing the next one sees (its task directory is removed, the worker library is
+    checked unchanged), so the tests that only read one submission's result share one grading run
+    (the hanging one waits out its 6 s limit once, not three times).
+    """
+    results: dict[tuple[str, str, str], SubmissionResult] = {}
+
+    def graded(name: str, cases: Cases, mode: str = "auto") -> SubmissionResult:
+        key = (str(cases[0]), name, mode)
+        if key not in results:
+            results[key] = grade(name, cases, base, mode)
+        return results[key]
+
+    return graded
+
+
 def grade_with(name: str, cases: Cases, base: BaseLibrary, isolation: Isolation) -> SubmissionResult:
     folder, suite = cases
     submission = Submission(id=name, path=str(folder / name), kind="folder")
-    settings = GradeSettings(limits=LIMITS, task_root=str(tasks(cases)), isolation=isolation)
+    limits = LIMITS if name == HANGS else GUARD_LIMITS
+    settings = GradeSettings(limits=limits, task_root=str(tasks(cases)), isolation=isolation)
     return grade_safely(submission, suite, settings, base)
 
 
@@ -91,9 +121,9 @@ def grade_with(name: str, cases: Cases, base: BaseLibrary, isolation: Isolation)
 @pytest.mark.parametrize("mode", ["auto", "none"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_each_submission_gets_its_exact_verdict_and_leaves_nothing(
-    name: str, mode: str, cases: Cases, base: BaseLibrary
+    name: str, mode: str, cases: Cases, graded: Graded
 ) -> None:
-    result = grade(name, cases, base, mode)
+    result = graded(name, cases, mode)
     assert result.verdict is Verdict(CASES[name][1]), result.reason
     assert task_dirs(tasks(cases)) == []
     assert survivors(DAEMON_MARKER) == []
@@ -102,15 +132,15 @@ def test_each_submission_gets_its_exact_verdict_and_leaves_nothing(
 @pytest.mark.parametrize("mode", ["auto", "none"])
 @pytest.mark.parametrize("name", sorted(MEAN_CASES))
 def test_the_issues_submissions_get_their_exact_verdicts(
-    name: str, mode: str, mean_cases: Cases, base: BaseLibrary
+    name: str, mode: str, mean_cases: Cases, graded: Graded
 ) -> None:
-    result = grade(name, mean_cases, base, mode)
+    result = graded(name, mean_cases, mode)
     assert result.verdict is Verdict(MEAN_CASES[name][1]), result.reason
     assert task_dirs(tasks(mean_cases)) == []
 
 
-def test_honest_submission_reports_every_test_passed(cases: Cases, base: BaseLibrary) -> None:
-    result = grade("honest", cases, base)
+def test_honest_submission_reports_every_test_passed(cases: Cases, graded: Graded) -> None:
+    result = graded("honest", cases)
     assert result.reason == f"all {INSTRUCTOR_TOTAL} tests passed"
     assert [test.outcome for test in result.tests] == ["passed"] * INSTRUCTOR_TOTAL
     assert {test.nodeid for test in result.tests} == {
@@ -127,8 +157,8 @@ def test_honest_submission_reports_every_test_passed(cases: Cases, base: BaseLib
     assert run is not None and run["isolation"] == result.submission_runs[0]["isolation"]
 
 
-def test_buggy_submission_names_the_failing_assertions(cases: Cases, base: BaseLibrary) -> None:
-    result = grade("buggy", cases, base)
+def test_buggy_submission_names_the_failing_assertions(cases: Cases, graded: Graded) -> None:
+    result = graded("buggy", cases)
     outcomes = {test.nodeid: test.outcome for test in result.tests}
     assert outcomes["test_fib.py::test_base_cases"] == "passed"
     assert outcomes["test_fib.py::test_ten"] == "failed"
@@ -139,8 +169,8 @@ def test_buggy_submission_names_the_failing_assertions(cases: Cases, base: BaseL
     assert (result.passed, result.failed, result.total, result.score) == (1, 4, 5, 20.0)
 
 
-def test_missing_module_is_unverified_with_the_import_error(cases: Cases, base: BaseLibrary) -> None:
-    result = grade("missing", cases, base)
+def test_missing_module_is_unverified_with_the_import_error(cases: Cases, graded: Graded) -> None:
+    result = graded("missing", cases)
     assert result.reason == (
         "pytest exit 2 (test run interrupted or a collection error): "
         "test_fib.py: ModuleNotFoundError: No module named 'fib'"
@@ -148,94 +178,92 @@ def test_missing_module_is_unverified_with_the_import_error(cases: Cases, base: 
     assert result.run is not None and result.run["exit_code"] == 2
 
 
-def test_exception_at_import_is_named_with_the_students_traceback(cases: Cases, base: BaseLibrary) -> None:
-    result = grade("broken_import", cases, base)
+def test_exception_at_import_is_named_with_the_students_traceback(cases: Cases, graded: Graded) -> None:
+    result = graded("broken_import", cases)
     assert result.reason.endswith(
         "test_fib.py: cellbox.grading.bridge.SubmissionImportError: "
         "RuntimeError at the import of the submission's module fib: broken at import"
     ), result.reason
 
 
-def test_system_exit_at_import_is_named_as_such(mean_cases: Cases, base: BaseLibrary) -> None:
-    result = grade("exits_at_import", mean_cases, base)
+def test_system_exit_at_import_is_named_as_such(mean_cases: Cases, graded: Graded) -> None:
+    result = graded("exits_at_import", mean_cases)
     assert result.verdict is Verdict.UNVERIFIED
     assert result.reason.endswith("SystemExit(0) at the import of the submission's module mean"), result.reason
 
 
-def test_hanging_submission_names_the_test_that_was_running(cases: Cases, base: BaseLibrary) -> None:
-    result = grade("hanging", cases, base)
+def test_hanging_submission_names_the_test_that_was_running(cases: Cases, graded: Graded) -> None:
+    result = graded("hanging", cases)
     assert result.verdict is Verdict.TIMED_OUT
     assert result.running == "test_fib.py::test_ten"
     assert result.reason == "wall time limit of 6 s reached while running test_fib.py::test_ten"
     assert result.score == 0.0
 
 
-def test_daemon_started_at_import_is_killed_with_the_submissions_process(cases: Cases, base: BaseLibrary) -> None:
-    result = grade("daemon", cases, base)
+def test_daemon_started_at_import_is_killed_with_the_submissions_process(cases: Cases, graded: Graded) -> None:
+    result = graded("daemon", cases)
     [run] = result.submission_runs
     assert run is not None and run["killed_processes"] >= 1
     assert survivors(DAEMON_MARKER) == []
 
 
-def test_early_exit_at_import_is_unverified_not_verified(cases: Cases, base: BaseLibrary) -> None:
-    result = grade("early_exit", cases, base)
+def test_early_exit_at_import_is_unverified_not_verified(cases: Cases, graded: Graded) -> None:
+    result = graded("early_exit", cases)
     assert result.verdict is Verdict.UNVERIFIED
     assert "the submission's process ended (exit status 0) during the import of fib" in result.reason
 
 
-def test_a_process_that_kills_itself_fails_each_test_and_the_next_gets_a_new_one(
-    cases: Cases, base: BaseLibrary
-) -> None:
-    result = grade("kills_its_process", cases, base)
+def test_a_process_that_kills_itself_fails_each_test_and_the_next_gets_a_new_one(cases: Cases, graded: Graded) -> None:
+    result = graded("kills_its_process", cases)
     assert result.reason == "0 of 5 tests passed (5 failed)"
     assert all("SIGKILL" in test.message for test in result.tests), [t.message for t in result.tests]
     assert len(result.submission_runs) == 5
 
 
-def test_a_skip_from_the_submission_is_not_a_skip(cases: Cases, base: BaseLibrary) -> None:
-    result = grade("skips_tests", cases, base)
+def test_a_skip_from_the_submission_is_not_a_skip(cases: Cases, graded: Graded) -> None:
+    result = graded("skips_tests", cases)
     assert result.reason == "0 of 5 tests passed (5 failed)"
     assert "SkipTest: not today" in result.tests[0].message
     assert result.score == 0.0
 
 
-def test_system_exit_in_a_call_fails_that_test(cases: Cases, base: BaseLibrary) -> None:
-    result = grade("exits_in_test", cases, base)
+def test_system_exit_in_a_call_fails_that_test(cases: Cases, graded: Graded) -> None:
+    result = graded("exits_in_test", cases)
     assert "SystemExit(0) raised by the submission in fib.fib(...)" in result.tests[0].message
 
 
-def test_own_conftest_and_ini_change_nothing(cases: Cases, base: BaseLibrary) -> None:
-    result = grade("own_config", cases, base)
+def test_own_conftest_and_ini_change_nothing(cases: Cases, graded: Graded) -> None:
+    result = graded("own_config", cases)
     assert result.verdict is Verdict.FAILED
     assert (result.passed, result.failed) == (1, 4)
 
 
-def test_forged_record_on_every_descriptor_reaches_nothing(mean_cases: Cases, base: BaseLibrary) -> None:
-    result = grade("forges_reporter", mean_cases, base)
+def test_forged_record_on_every_descriptor_reaches_nothing(mean_cases: Cases, graded: Graded) -> None:
+    result = graded("forges_reporter", mean_cases)
     assert result.verdict is Verdict.UNVERIFIED
     assert "the submission's process ended (exit status 0) during the import of mean" in result.reason
     assert result.tests == [] or all(test.outcome != "passed" for test in result.tests)
 
 
-def test_eq_always_true_is_not_equal_to_the_expected_value(mean_cases: Cases, base: BaseLibrary) -> None:
-    result = grade("eq_always_true", mean_cases, base)
+def test_eq_always_true_is_not_equal_to_the_expected_value(mean_cases: Cases, graded: Graded) -> None:
+    result = graded("eq_always_true", mean_cases)
     assert result.reason == "0 of 2 tests passed (2 failed)"
     assert "<submission Anything object" in result.tests[0].message or "Anything" in result.tests[0].message
 
 
-def test_overwritten_instructor_files_are_never_verified(cases: Cases, base: BaseLibrary) -> None:
+def test_overwritten_instructor_files_are_never_verified(cases: Cases, graded: Graded) -> None:
     # Without namespaces (and as root) the submission finds the grader's copy beside its task and overwrites it:
     # the before-and-after hashes show it.
-    result = grade("forged_files", cases, base, "none")
+    result = graded("forged_files", cases, "none")
     assert result.verdict in (Verdict.UNVERIFIED, Verdict.FAILED)
     if result.verdict is Verdict.UNVERIFIED:
         assert result.reason.startswith("the test record is inconsistent: "), result.reason
 
 
-def test_instructor_files_are_out_of_sight_of_an_isolated_submission(cases: Cases, base: BaseLibrary) -> None:
+def test_instructor_files_are_out_of_sight_of_an_isolated_submission(cases: Cases, graded: Graded) -> None:
     if "fs" not in make_plan(Isolation(mode="auto"), probe(), user=None).layers:
         pytest.skip("the fs layer (bubblewrap) is not available here; see `cellbox doctor`")
-    result = grade("forged_files", cases, base, "auto")
+    result = graded("forged_files", cases, "auto")
     assert result.verdict is Verdict.FAILED
     assert (result.passed, result.failed) == (1, 4)
 

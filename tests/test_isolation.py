@@ -749,11 +749,13 @@ def isolated_by_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
 def _isolated_copy(test: Callable[..., None]) -> Callable[..., None]:
     """A copy of ``test`` (same code, fixtures and parameters) that also uses ``isolated_by_default``.
 
-    A copy, because marking the original would turn isolation on in its own module too.
+    A copy, because marking the original would turn isolation on in its own module too. The copies are marked
+    slow: the default test command runs each attack once (test_sandbox_adversarial.py), CI under every layer.
     """
     copy = types.FunctionType(test.__code__, test.__globals__, test.__name__, test.__defaults__, test.__closure__)
     copy.__dict__.update(test.__dict__)
-    copy.pytestmark = [*getattr(test, "pytestmark", []), pytest.mark.usefixtures("isolated_by_default").mark]  # type: ignore[attr-defined]
+    marks = [pytest.mark.usefixtures("isolated_by_default").mark, pytest.mark.slow.mark]
+    copy.pytestmark = [*getattr(test, "pytestmark", []), *marks]  # type: ignore[attr-defined]
     return copy
 
 

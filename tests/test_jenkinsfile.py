@@ -11,7 +11,9 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+import shlex
 import subprocess
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,10 +26,13 @@ ROOT = Path(__file__).resolve().parents[1]
 JENKINSFILE = ROOT / "Jenkinsfile"
 README = ROOT / "README.md"
 CI_RUN = ROOT / ".ci" / "run"
+PYPROJECT = ROOT / "pyproject.toml"
 CALLS_SCRIPT = Path(__file__).with_name("groovy") / "pipeline_calls.groovy"
 JUNIT_OPTION = "--junitxml=test-results/junit.xml"
 JUNIT_FILE = "test-results/junit.xml"
 LESSONS_STAGE = "Lessons"
+HEAVY_STAGE = "Heavy tests"
+HEAVY_JUNIT_OPTION = "--junitxml=test-results/junit-heavy.xml"
 LESSONS_COMMAND = ".venv/bin/cellbox lessons --execute"
 CI_TIME_LIMIT_MINUTES = 90
 _FENCE = re.compile(r"^```sh\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -71,7 +76,7 @@ def test_jenkinsfile_is_a_declarative_pipeline(calls: list[dict[str, Any]]) -> N
     assert calls[0]["name"] == "pipeline" and calls[0]["within"] == []
     assert {"agent", "options", "stages", "post"} <= set(top)
     stages = [call["args"][0] for call in calls if call["name"] == "stage"]
-    assert stages == ["Set up", "Test", LESSONS_STAGE]
+    assert stages == ["Set up", "Test", HEAVY_STAGE, LESSONS_STAGE]
 
 
 def test_parser_rejects_a_jenkinsfile_with_a_syntax_error(require_tool: Callable[..., str], tmp_path: Path) -> None:
@@ -85,8 +90,32 @@ def test_parser_rejects_a_jenkinsfile_with_a_syntax_error(require_tool: Callable
 
 def test_setup_and_test_steps_are_the_readme_test_command(calls: list[dict[str, Any]]) -> None:
     _main, test_command = readme_commands()
-    steps = [command for stage, command in sh_steps(calls) if stage != LESSONS_STAGE]
+    steps = [command for stage, command in sh_steps(calls) if stage not in (HEAVY_STAGE, LESSONS_STAGE)]
     assert " && ".join(steps) == f"{test_command} {JUNIT_OPTION}"
+
+
+def left_out_by_default() -> str:
+    """The marker expression of the tests the README's test command leaves out: ``X`` of addopts' ``-m 'not (X)'``."""
+    config = tomllib.loads(PYPROJECT.read_text())["tool"]["pytest"]["ini_options"]
+    options = shlex.split(config["addopts"])
+    expression = options[options.index("-m") + 1]
+    assert expression.startswith("not (") and expression.endswith(")"), expression
+    return expression.removeprefix("not (").removesuffix(")")
+
+
+def test_every_marker_is_left_out_by_default_and_run_by_ci(calls: list[dict[str, Any]]) -> None:
+    heavy = left_out_by_default()
+    declared = [
+        marker.split(":")[0]
+        for marker in tomllib.loads(PYPROJECT.read_text())["tool"]["pytest"]["ini_options"]["markers"]
+    ]
+    assert heavy.split(" or ") == declared
+    # The Jenkinsfile's stage after the README's command, and .ci/run's pass after it, run exactly those tests.
+    heavy_steps = [command for stage, command in sh_steps(calls) if stage == HEAVY_STAGE]
+    assert heavy_steps == [f'.venv/bin/python -m pytest -m "{heavy}" {HEAVY_JUNIT_OPTION}']
+    lines = [line.strip() for line in CI_RUN.read_text().splitlines()]
+    assert f'HEAVY="{heavy}"' in lines
+    assert any(line.startswith(f'.venv/bin/python -m pytest -m "$HEAVY" {HEAVY_JUNIT_OPTION} ') for line in lines)
 
 
 def test_test_stage_writes_junit_xml(calls: list[dict[str, Any]]) -> None:

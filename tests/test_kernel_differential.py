@@ -23,6 +23,9 @@ from nbclient import NotebookClient
 
 from kernelkit import plain, without_notes
 
+# Whole notebooks under two kernels: heavy, left to CI and -m slow.
+pytestmark = pytest.mark.slow
+
 DIFFERENCES = Path(__file__).resolve().parent.parent / "docs" / "reference" / "ipykernel-differences.md"
 
 # (source, tags, documented difference or None)

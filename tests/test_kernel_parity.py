@@ -227,9 +227,11 @@ def test_debug_and_pdb_reach_the_failed_frames_as_under_ipykernel(kernels: tuple
 
 # --------------------------------------------------------------------------- interrupts
 
+# The handler works for a second (well inside the kernel's 5 s interrupt grace) before it saves.
+HANDLER_WORK = "time.sleep(1)"
 CHECKPOINT = (
     "import time\ntry:\n    print('started', flush=True)\n    time.sleep(60)\n"
-    "except KeyboardInterrupt:\n    time.sleep(2)\n    checkpoint = 'saved'\n    print('saved')"
+    f"except KeyboardInterrupt:\n    {HANDLER_WORK}\n    checkpoint = 'saved'\n    print('saved')"
 )
 
 
@@ -252,7 +254,7 @@ def test_an_interrupt_lets_the_cells_handler_finish_and_keeps_its_state(kernels:
 
 
 def test_an_interrupt_handler_that_raises_answers_with_its_own_error(kernels: tuple[Kernel, Kernel]) -> None:
-    code = CHECKPOINT.replace("time.sleep(2)", "handler_ran = True").replace(
+    code = CHECKPOINT.replace(HANDLER_WORK, "handler_ran = True").replace(
         "print('saved')", "raise ValueError('stopped early')"
     )
     for kernel in kernels:
@@ -263,7 +265,7 @@ def test_an_interrupt_handler_that_raises_answers_with_its_own_error(kernels: tu
 
 
 def test_a_second_interrupt_stops_the_handler_at_once(kernels: tuple[Kernel, Kernel]) -> None:
-    slow_handler = CHECKPOINT.replace("time.sleep(2)", "time.sleep(300)").replace("checkpoint", "never_saved")
+    slow_handler = CHECKPOINT.replace(HANDLER_WORK, "time.sleep(300)").replace("checkpoint", "never_saved")
     for kernel in kernels:
         result = kernel.run(slow_handler, during=_interrupt_when_started(kernel.km, 2), timeout=60)
         assert (result.status, result.content["ename"], result.stream()) == ("error", "KeyboardInterrupt", "started\n")

@@ -20,9 +20,17 @@ from kernelkit import execute, kernel_manager, running_kernel, survivors
 
 
 @pytest.fixture(scope="module")
-def kc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BlockingKernelClient]:
-    with running_kernel("cellbox", cwd=str(tmp_path_factory.mktemp("notebook"))) as (_km, client):
-        yield client
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KernelManager, BlockingKernelClient, Path]]:
+    """One default kernel for the tests that leave it as they found it (an interrupt it lives on counts),
+    with its notebook folder."""
+    notebook = tmp_path_factory.mktemp("notebook")
+    with running_kernel("cellbox", cwd=str(notebook)) as (km, client):
+        yield km, client, notebook
+
+
+@pytest.fixture(scope="module")
+def kc(shared: tuple[KernelManager, BlockingKernelClient, Path]) -> BlockingKernelClient:
+    return shared[1]
 
 
 # --------------------------------------------------------------------------- state
@@ -158,20 +166,20 @@ def test_interrupt_ignored_by_the_cell_is_followed_by_a_kill(tmp_path: Path) -> 
         assert execute(kc, "print('alive')").stream() == "alive\n"
 
 
-def test_interrupt_while_waiting_for_input(tmp_path: Path) -> None:
-    with running_kernel("cellbox", cwd=str(tmp_path)) as (km, kc):
-        asked = threading.Event()
+def test_interrupt_while_waiting_for_input(shared: tuple[KernelManager, BlockingKernelClient, Path]) -> None:
+    km, kc, _notebook = shared
+    asked = threading.Event()
 
-        def answer(request: dict[str, Any]) -> str:
-            asked.set()
-            km.interrupt_kernel()
-            time.sleep(2)
-            return "too late"
+    def answer(request: dict[str, Any]) -> str:
+        asked.set()
+        km.interrupt_kernel()
+        time.sleep(2)
+        return "too late"
 
-        result = execute(kc, "input('? ')", answer=answer)
-        assert asked.is_set()
-        assert result.content["ename"] == "KeyboardInterrupt"
-        assert execute(kc, "print('alive')").stream() == "alive\n"
+    result = execute(kc, "input('? ')", answer=answer)
+    assert asked.is_set()
+    assert result.content["ename"] == "KeyboardInterrupt"
+    assert execute(kc, "print('alive')").stream() == "alive\n"
 
 
 def _input_requests_sent_after_the_reply(kc: BlockingKernelClient, msg_id: str) -> list[dict[str, Any]]:
@@ -260,6 +268,7 @@ def test_shutdown_kills_the_running_cell_and_removes_the_task_directory(tmp_path
     assert not task.exists()
 
 
+@pytest.mark.slow  # five kernels, one after another
 def test_the_kernel_exits_on_its_own_after_a_shutdown_request(tmp_path: Path) -> None:
     # The request's idle status used to race the interpreter's exit: IOPub's thread stopped first, the
     # control thread's send then blocked for good, and the kernel lived until jupyter_client terminated it
@@ -278,7 +287,8 @@ def test_the_kernel_exits_on_its_own_after_a_shutdown_request(tmp_path: Path) ->
             kc.stop_channels()
         km.request_shutdown()
         process = km.provisioner.process  # type: ignore[union-attr]
-        deadline = time.monotonic() + 6  # a hang, not a slow exit: nothing terminates it before this
+        # A hang, not a slow exit (a busy machine's can take seconds): nothing terminates it before this.
+        deadline = time.monotonic() + 30
         while process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
         exits.append(process.poll())
@@ -359,13 +369,15 @@ def test_settings_in_the_kernel_arguments_set_the_session_limits(tmp_path: Path)
         assert (limits["wall_time"], limits["memory"], limits["output"]) == (12.0, 768 * 2**20, 64 * 2**10)
 
 
-def test_a_module_removed_from_disk_stays_imported_as_in_a_long_lived_kernel(tmp_path: Path) -> None:
-    (tmp_path / "shapes.py").write_text("class Square:\n    side = 2\n")
-    with running_kernel("cellbox", cwd=str(tmp_path)) as (_km, kc):
-        assert execute(kc, "import shapes\nsquare = shapes.Square()").status == "ok"
-        (tmp_path / "shapes.py").unlink()
-        result = execute(kc, "print(square.side, shapes.Square.side)")
-        assert (result.stream(), result.stream("stderr")) == ("2 2\n", "")
+def test_a_module_removed_from_disk_stays_imported_as_in_a_long_lived_kernel(
+    shared: tuple[KernelManager, BlockingKernelClient, Path],
+) -> None:
+    _km, kc, notebook = shared
+    (notebook / "shapes.py").write_text("class Square:\n    side = 2\n")
+    assert execute(kc, "import shapes\nsquare = shapes.Square()").status == "ok"
+    (notebook / "shapes.py").unlink()
+    result = execute(kc, "print(square.side, shapes.Square.side)")
+    assert (result.stream(), result.stream("stderr")) == ("2 2\n", "")
 
 
 def _kernel_pid(km: KernelManager) -> int:

@@ -12,11 +12,15 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from cellbox.sandbox.limits import format_time
 from conftest import missing
 from kernelkit import plain
+
+# Whole notebooks through papermill: heavy, left to CI and -m slow.
+pytestmark = pytest.mark.slow
 
 STOP_AFTER = 2.0  # the %%limits wall of the notebook's endless loop, seconds
 
