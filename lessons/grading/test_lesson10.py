@@ -99,6 +99,8 @@ def test_run_in_fresh_venv_deletes_it_when_it_raises_itself(nb):
     code = f"import os, sys; open({marker!r}, 'w').write(sys.prefix); os.write(1, bytes([255]))"
     try:
         nb.run_in_fresh_venv(code)
+    except NotImplementedError:
+        raise  # not written yet: say so, as every other test does
     except Exception:
         pass
     path = submission_module("pathlib").Path(marker)

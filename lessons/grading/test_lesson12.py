@@ -65,5 +65,9 @@ def test_what_works_limits_access_and_results(nb):
 
 def test_read_small_file_never_runs_what_the_child_printed(nb):
     # eval, exec or unpickling the child's stdout would run code the child chose; base64 only ever gives bytes.
+    # Only an answer that reads a file is judged by its source (a blank one holds none of those words either).
+    path = os.path.join(submission_tmp_path(), "small.txt")
+    submission_module("pathlib").Path(path).write_bytes(b"print('hello')\n")
+    assert nb.read_small_file(path) == b"print('hello')\n"
     source = submission_module("inspect").getsource(nb.read_small_file)
     assert not re.search(r"(?<![\w])(eval|exec)\s*\(|pickle|marshal|\bdill\b", source)
