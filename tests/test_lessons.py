@@ -1278,7 +1278,7 @@ MISTAKES += [
                 started = datetime.now()
                 subprocess.run([sys.executable, "-c", code], capture_output=True)
                 return (datetime.now() - started).total_seconds()
-            """, "so does datetime.now()", check_only=True),
+            """, "so does datetime.now()"),
     Mistake(6, "how_long", "does-not-wait", """
             import subprocess, sys, time
             def how_long(code):

@@ -2,6 +2,7 @@
 run by ``cellbox grade`` against 06-both-clocks.ipynb."""
 
 import importlib
+import re
 import time
 
 import pytest
@@ -76,3 +77,14 @@ def test_how_long_measures_a_sleeper_on_the_wall_clock(nb):
     took = nb.how_long(f"import time; time.sleep(1); open({flag!r}, 'w').close()")
     assert isinstance(took, float) and 0.9 <= took < 10
     assert submission_module("os").path.exists(flag), "how_long returned before the child exited"
+
+
+def test_how_long_reads_a_clock_that_only_moves_forward(nb):
+    # time.time() and datetime's now() jump when someone sets the system clock; a duration needs time.monotonic().
+    # Only an answer that measures is judged by its source (a blank one names no clock either).
+    took = nb.how_long("pass")
+    assert isinstance(took, float) and 0 <= took < 10
+    source = submission_module("inspect").getsource(nb.how_long)
+    assert not re.search(r"\btime\.time(_ns)?\s*\(|\b(now|utcnow|today)\s*\(|(?<![\w.])time(_ns)?\s*\(\s*\)", source), (
+        "how_long reads a clock that jumps when the system clock is set (time.time, datetime.now): use time.monotonic()"
+    )
