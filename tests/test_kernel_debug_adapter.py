@@ -211,6 +211,9 @@ AFTER = (
 )
 
 
+LIMITED = "%%limits wall=20\nx = 1\ny = x + 1\nprint(y)\n"
+
+
 def _stopped_frame(kc: Any, event: dict[str, Any], seq: int) -> dict[str, Any]:
     """What JupyterLab asks at a stop (stackTrace, scopes, variables): the top frame and its local variables."""
     thread = event["body"]["threadId"]
@@ -261,6 +264,12 @@ def stepping(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
         record["info"] = debug_request(kc, "debugInfo", 12)["body"]
         record.update(_run_stepping(kc, STEPPED, ACTIONS))
         debug_request(kc, "setBreakpoints", 13, source={"path": path}, breakpoints=[])
+        # A cell with a %%limits line: the breakpoint's line and file are those of the whole cell, as shown.
+        limited = debug_request(kc, "dumpCell", 14, code=LIMITED)["body"]["sourcePath"]
+        record["limited path"] = limited
+        debug_request(kc, "setBreakpoints", 15, source={"path": limited}, breakpoints=[{"line": 3}])
+        record["limited"] = _run_stepping(kc, LIMITED, ["continue"])
+        debug_request(kc, "setBreakpoints", 16, source={"path": limited}, breakpoints=[])
         record["after"] = execute(kc, AFTER)
         record["sockets after"] = execute(kc, SOCKETS).stream()
         yield record
@@ -282,6 +291,13 @@ def test_the_cell_stops_at_the_breakpoint_with_its_frame_and_variables(stepping:
     assert (first["name"], first["line"], first["path"]) == ("<module>", STEP_LINE, stepping["path"])
     assert first["locals"]["a"] == "20"
     assert "b" not in first["locals"]  # the breakpoint's line has not run yet
+
+
+def test_a_cell_with_a_limits_line_stops_at_its_breakpoint_as_shown(stepping: dict[str, Any]) -> None:
+    limited = stepping["limited"]
+    assert [(s["line"], s["path"]) for s in limited["stops"]] == [(3, stepping["limited path"])]
+    assert limited["stops"][0]["locals"]["x"] == "1" and "y" not in limited["stops"][0]["locals"]
+    assert limited["result"].status == "ok" and limited["result"].stream() == "2\n"
 
 
 def test_step_in_out_and_over_stop_where_pdb_would(stepping: dict[str, Any]) -> None:

@@ -531,6 +531,8 @@ def _run_cell(shell: Any, channel: Channel, spec: dict[str, Any], store: bool, s
         return shell.run_cell(spec["code"], store_history=store, silent=silent)
     from IPython.core.inputtransformer2 import leading_empty_lines
 
+    from .cellnames import cell_file_name
+    from .cellshell import cells_folder
     from .debugcell import Bridge
 
     # As ipykernel while debugging: leading empty lines stay, so the lines are the ones the breakpoints name.
@@ -538,6 +540,12 @@ def _run_cell(shell: Any, channel: Channel, spec: dict[str, Any], store: bool, s
     removed = cleanup.index(leading_empty_lines) if leading_empty_lines in cleanup else None
     if removed is not None:
         cleanup.pop(removed)
+    code, source = spec["code"], spec["debug"].get("source")
+    if isinstance(source, str) and source != code and source.endswith(code):
+        # The cell had a %%limits line, which the kernel took off: empty lines stand for it, so the lines are
+        # the ones JupyterLab's breakpoints name, under the name it computed from the whole cell (dumpCell).
+        code = "\n" * source[: len(source) - len(code)].count("\n") + code
+        shell.compile.name_override = cell_file_name(source, cells_folder())
     bridge = Bridge(channel, spec["debug"])
     try:
         try:
@@ -547,12 +555,13 @@ def _run_cell(shell: Any, channel: Channel, spec: dict[str, Any], store: bool, s
             # The kernel writes the note's words (a cell could send this message too); the cause goes to stderr.
             print(f"debugger: {type(exc).__name__}: {exc}", file=sys.stderr)
             channel.send({"type": "debugger_failed"})
-            return shell.run_cell(spec["code"], store_history=store, silent=silent)
+            return shell.run_cell(code, store_history=store, silent=silent)
         try:
-            return shell.run_cell(spec["code"], store_history=store, silent=silent)
+            return shell.run_cell(code, store_history=store, silent=silent)
         finally:
             bridge.stop()
     finally:
+        shell.compile.name_override = None
         if removed is not None:
             cleanup.insert(removed, leading_empty_lines)
 

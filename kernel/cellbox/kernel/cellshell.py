@@ -109,8 +109,12 @@ class CellCompiler(CachingCompiler):
     computes too to find the cell a breakpoint or a stopped frame is in.
     """
 
+    # The name of the cell being run when it is not its code's (a debugged cell whose %%limits line the kernel
+    # took off: JupyterLab named it from the whole cell); set and cleared by the cell runner.
+    name_override: str | None = None
+
     def get_code_name(self, raw_code: str, transformed_code: str, number: int) -> str:
-        return cell_file_name(raw_code, cells_folder())
+        return self.name_override or cell_file_name(raw_code, cells_folder())
 
 
 def cells_folder() -> str:

@@ -505,7 +505,9 @@ class CellboxKernel(Kernel):
             self._note(note)
         self._comms.notes.clear()
         async with self._turn:
-            return await self._run_cell(body, limits, silent, store_history, user_expressions or {}, allow_stdin)
+            return await self._run_cell(
+                body, limits, silent, store_history, user_expressions or {}, allow_stdin, source=code
+            )
 
     async def _run_cell(
         self,
@@ -517,13 +519,20 @@ class CellboxKernel(Kernel):
         allow_stdin: bool,
         comm: dict[str, Any] | None = None,
         kind: str = "cell",
+        source: str | None = None,
     ) -> dict[str, Any]:
         """Run ``body`` (or, with ``comm``, hand that frontend comm message to the comm manager) in a fresh child,
-        settle its snapshot, and build the reply; the caller holds the session's turn."""
+        settle its snapshot, and build the reply; the caller holds the session's turn.
+
+        ``source`` is the whole cell as the frontend sent it (with its ``%%limits`` line): a debugged cell runs
+        under the name and the line numbers the frontend's breakpoints give it.
+        """
         cell = _Cell(self, limits, silent, allow_stdin, len(self._inputs) - 1 if store_history else None)
         spec_file: _SpecFile | None = None
         try:
             debug = self.debugger.cell_config()
+            if debug is not None and source is not None and source != body:
+                debug = {**debug, "source": source}
             spec_file = self._write_spec(
                 body, limits, silent, store_history, user_expressions or {}, allow_stdin, comm, debug=debug
             )
