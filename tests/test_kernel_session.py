@@ -311,15 +311,16 @@ def test_restart_starts_a_fresh_session(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- settings and info
 
 
-def test_kernel_info_is_pythons_with_limits_in_the_banner_and_no_debugger(kc: BlockingKernelClient) -> None:
+def test_kernel_info_is_pythons_with_limits_in_the_banner_and_the_debugger(kc: BlockingKernelClient) -> None:
     kc.kernel_info()
     info = kc.get_shell_msg(timeout=30)["content"]
     assert info["implementation"] == "cellbox"
     assert info["language_info"]["name"] == "python"
     assert info["language_info"]["file_extension"] == ".py"
     assert info["language_info"]["codemirror_mode"] == {"name": "ipython", "version": 3}
-    assert "debugger" not in info["supported_features"]
-    assert info.get("debugger", False) is False
+    # debugpy comes with ipykernel: the debugger is offered as ipykernel offers it (tests/test_kernel_debug_adapter.py).
+    assert "debugger" in info["supported_features"]
+    assert info["debugger"] is True
     assert "limits: wall 30 s, cpu 30 s, memory 2G, output 1M" in info["banner"]
     lines = info["banner"].splitlines()
     assert [line for line in lines if line.startswith("Isolation ")][0].startswith("Isolation auto: ")

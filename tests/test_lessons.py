@@ -236,7 +236,8 @@ def test_no_check_cell_shows_a_set_answer_or_hints_by_answer(lesson) -> None:  #
 
     for name in lesson.exercises:
         source = _cell(lesson, f"check-{name}").student
-        plain_hint = re.search(r"\(\s*['\"]\w+['\"]\s*,\s*['\"]\w+['\"]\s*\)\s*:", source)
+        # A dict's key (question, answer) with a hint; not a loop over two names (`for x in ("a", "b"):`).
+        plain_hint = re.search(r"(?<!\bin )\(\s*['\"]\w+['\"]\s*,\s*['\"]\w+['\"]\s*\)\s*:", source)
         assert not plain_hint, f"{lesson.filename} check-{name} holds plain hints by answer: {plain_hint}"
         solved: dict[str, Any] = {}
         exec(_cell(lesson, f"exercise-{name}").solution, solved)
