@@ -64,8 +64,9 @@ def test_a_cell_that_ends_alone_is_its_snapshot_in_a_group_stop_untraced_with_on
         "import subprocess\nchild = subprocess.Popen(['sleep', '30'])",
         "import socket\npair = socket.socketpair()",
         "memory_file = open('/proc/self/mem', 'rb')",
+        "import fcntl\nlocked = open('locked.txt', 'w')\nfcntl.lockf(locked, fcntl.LOCK_EX)",
     ],
-    ids=["thread", "child", "socket", "memory-file"],
+    ids=["thread", "child", "socket", "memory-file", "record-lock"],
 )
 def test_a_cell_that_leaves_a_thread_a_child_or_a_way_into_its_memory_keeps_its_state_in_a_copy(
     kc: BlockingKernelClient, leaves: str
@@ -125,3 +126,14 @@ def test_a_cell_that_stops_itself_as_its_snapshot_with_a_thread_is_not_kept(kc: 
     assert "what this cell defined is not kept: its snapshot was killed: it had 2 threads" in result.notes
     assert ok(kc, f"me = {int(result.stream())}\n{LOOK}") == "gone\n"
     assert ok(kc, "print(before_forged, 'forger' in dir())") == "before False\n"
+
+
+def test_a_record_lock_a_cell_took_does_not_hold_the_file_against_the_next_cell(kc: BlockingKernelClient) -> None:
+    # As under ipykernel (one process holds the lock and may take it again) and the copy's way (the cell's
+    # process ended, and its lock with it): the next cell locks the file at once.
+    ok(kc, "import fcntl\nheld = open('held.txt', 'w')\nfcntl.lockf(held, fcntl.LOCK_EX)")
+    again = (
+        "import fcntl\nwith open('held.txt', 'w') as f:\n"
+        "    fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\nprint('locked')"
+    )
+    assert ok(kc, again) == "locked\n"

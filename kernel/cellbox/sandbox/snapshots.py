@@ -516,6 +516,11 @@ def own_snapshot_problem(session_fds):
         names = os.listdir("/proc/self/fd")
     except OSError:
         return "unreadable"
+    if _holds_record_locks(os.getpid()):
+        # fcntl(2) record locks are the process's and fork does not copy them: the old way's snapshot holds none,
+        # and the cell's end lets them go, as ipykernel's next cell may take them again.  Kept, they would hold
+        # the file against every later cell.
+        return "record locks"
     for name in names:
         try:
             target = os.readlink(f"/proc/self/fd/{name}")
@@ -528,6 +533,23 @@ def own_snapshot_problem(session_fds):
         if target.startswith("anon_inode:") and target[len("anon_inode:") :] not in SAFE_ANON_INODES:
             return target
     return None
+
+
+def _holds_record_locks(pid):
+    """Whether ``pid`` holds a POSIX record lock (fcntl(2) ``F_SETLK``, lockf(3)): /proc/locks, proc(5).
+
+    Open file description locks (``OFDLCK``) and flock(2) locks belong to the
+    open file, which fork shares, so they do not count.  ``True`` when
+    /proc/locks cannot be read (the copy's way is the safe one).
+    """
+    try:
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return True
+    mine = str(pid)
+    # "1: POSIX  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; a waiter's line has "->" after the number.
+    return any(fields[1:2] == ["POSIX"] and fields[4:5] == [mine] for fields in (line.split() for line in lines))
 
 
 def become_own_snapshot(fd, spare_fd):
