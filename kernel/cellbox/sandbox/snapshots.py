@@ -341,6 +341,21 @@ def detached_sysv_segments():
     return found
 
 
+def _as_spare(fd, spare_fd, sequence):
+    """In the child just forked as the next run's spare: ``("spare", spare_fd)``, or its end if that fails.
+
+    The spare draws the random numbers the snapshot would (``sequence``), and
+    keeps no end of the snapshot's socket ``fd`` (the keeper's and the snapshot's alone).
+    """
+    try:
+        random.setstate(sequence)
+        os.close(fd)
+        set_name(SNAPSHOT_NAME)
+        return "spare", spare_fd
+    except BaseException:  # noqa: BLE001 - a spare that cannot become one ends; the next run forks the snapshot
+        os._exit(0)
+
+
 def make_snapshot(fd, spare_fd=None):
     """Fork the next snapshot and the next run's spare from this finished command.
 
@@ -386,13 +401,7 @@ def make_snapshot(fd, spare_fd=None):
         except OSError:
             pass  # no room for it: the next run is forked from the snapshot
         if names["spare"] == 0:
-            try:
-                random.setstate(sequence)
-                os.close(fd)  # the snapshot's socket is the keeper's and the snapshot's alone
-                set_name(SNAPSHOT_NAME)
-                return "spare", spare_fd
-            except BaseException:  # noqa: BLE001
-                os._exit(0)
+            return _as_spare(fd, spare_fd, sequence)
     try:
         send_json(socket.socket(fileno=os.dup(fd)), names)
     except OSError:
@@ -590,15 +599,9 @@ def become_own_snapshot(fd, spare_fd):
         except OSError:
             pass
     if spare == 0:
-        try:
-            random.setstate(sequence)
-            os.close(fd)  # the snapshot's socket is the keeper's and the snapshot's alone
-            set_name(SNAPSHOT_NAME)
-            # It waits on its socket; the keeper stops it before the run's report (a stop of its own
-            # could come after the keeper's, and so after the keeper's SIGCONT).
-            return "spare", spare_fd
-        except BaseException:  # noqa: BLE001
-            os._exit(0)
+        # It waits on its socket; the keeper stops it before the run's report (a stop of its own
+        # could come after the keeper's, and so after the keeper's SIGCONT).
+        return _as_spare(fd, spare_fd, sequence)
     if spare is not None and own_snapshot_problem({fd, spare_fd}) is not None:
         # An at-fork handler of the cell's started a thread or a child here: the copy's way, without this spare.
         os.kill(spare, signal.SIGKILL)
