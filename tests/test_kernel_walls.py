@@ -226,7 +226,9 @@ def test_a_snapshot_that_wakes_itself_and_stops_again_is_killed(tmp_path: Path) 
         later = log.read_text().splitlines()
         alive = [inner for inner in set(woken) if host_pid(kernel, int(inner)) is not None]
         after = execute(kc, "print('after')")
-    assert woken and len(woken) <= 2 * len(set(woken)), woken  # at most twice each (a wake the keeper races)
+    # At most twice each (a wake the keeper races); none at all where the keeper, which runs before the cells'
+    # nice 19 on a busy machine, kills a woken process before its handler runs.  The note says it was woken.
+    assert len(woken) <= 2 * len(set(woken)), woken
     assert later == woken
     assert alive == []
     assert "continued from outside the session" in after.notes
