@@ -84,6 +84,20 @@ def from_cell(message: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, A
     msg_type, content, metadata = message.get("msg_type"), message.get("content"), message.get("metadata", {})
     if msg_type not in MSG_TYPES:
         return f"its msg_type {str(msg_type)[:40]!r} is none of {', '.join(MSG_TYPES)}"
+    kept = _content(msg_type, content, metadata, with_module=True)
+    if isinstance(kept, str):
+        return kept
+    buffers = _buffers(message.get("buffers", []))
+    if isinstance(buffers, str):
+        return buffers
+    return msg_type, kept, metadata, buffers
+
+
+def _content(msg_type: str, content: Any, metadata: Any, with_module: bool) -> dict[str, Any] | str:
+    """The spec's keys of a comm message's ``content`` (both ways), or why it is malformed (one line).
+
+    ``with_module``: a cell's ``comm_open`` keeps its ``target_module`` (a string or null) for the frontend.
+    """
     if not isinstance(content, dict) or not _name(content.get("comm_id")):
         return f"a {msg_type} needs a comm_id of 1 to {MAX_NAME} characters"
     if not isinstance(content.get("data", {}), dict) or not isinstance(metadata, dict):
@@ -92,14 +106,13 @@ def from_cell(message: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, A
     if msg_type == "comm_open":
         if not _name(content.get("target_name")):
             return f"a comm_open needs a target_name of 1 to {MAX_NAME} characters"
-        module = content.get("target_module")
-        if module is not None and not _name(module):
-            return f"a comm_open's target_module is a string of 1 to {MAX_NAME} characters, or null"
-        kept.update(target_name=content["target_name"], target_module=module)
-    buffers = _buffers(message.get("buffers", []))
-    if isinstance(buffers, str):
-        return buffers
-    return msg_type, kept, metadata, buffers
+        kept["target_name"] = content["target_name"]
+        if with_module:
+            module = content.get("target_module")
+            if module is not None and not _name(module):
+                return f"a comm_open's target_module is a string of 1 to {MAX_NAME} characters, or null"
+            kept["target_module"] = module
+    return kept
 
 
 def _buffers(value: Any) -> list[bytes] | str:
@@ -168,15 +181,11 @@ def from_frontend(parent: dict[str, Any], ident: Any) -> Pending | str:
     header = parent.get("header") if isinstance(parent, dict) else None
     msg_type = header.get("msg_type") if isinstance(header, dict) else None
     content, metadata = parent.get("content"), parent.get("metadata") or {}
-    if msg_type not in MSG_TYPES or not isinstance(content, dict) or not _name(content.get("comm_id")):
+    if msg_type not in MSG_TYPES:
         return f"a {msg_type} needs a comm_id of 1 to {MAX_NAME} characters"
-    if not isinstance(content.get("data", {}), dict) or not isinstance(metadata, dict):
-        return f"the data and metadata of a {msg_type} must be dicts"
-    kept = {"comm_id": content["comm_id"], "data": content.get("data", {})}
-    if msg_type == "comm_open":
-        if not _name(content.get("target_name")):
-            return f"a comm_open needs a target_name of 1 to {MAX_NAME} characters"
-        kept["target_name"] = content["target_name"]
+    kept = _content(msg_type, content, metadata, with_module=False)
+    if isinstance(kept, str):
+        return kept
     raw = parent.get("buffers") or []
     if not isinstance(raw, list) or len(raw) > MAX_BUFFERS:
         return f"buffers are a list of at most {MAX_BUFFERS}"
