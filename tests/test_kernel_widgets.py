@@ -20,6 +20,7 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 
 from cellbox.kernel.comms import MAX_NAME, CommQueue, CommRecord, Pending
+from cellbox.sandbox.snapshots import Chain
 from kernelkit import TIMEOUT, Result, execute, plain, running_kernel
 
 NO_WIDGETS = importlib.util.find_spec("ipywidgets") is None
@@ -156,15 +157,50 @@ def test_undo_counts_cells_and_takes_the_widget_events_after_them() -> None:
         if comm_id:
             record.running[comm_id] = "jupyter.widget"
         record.settled(kind, kept=True)
-    assert record.to_undo(1) == (3, 1)
-    assert record.to_undo(2) == (4, 2)
-    assert record.to_undo(5) == (4, 2)
-    assert record.undone(3) == {"c2": "jupyter.widget"}
+    # The second widget event's state replaced the first's: no cell ran between them.
+    assert [state.kind for state in record.states] == ["cell", "cell", "comm"]
+    assert record.to_undo(1) == (2, 1)
+    assert record.to_undo(2) == (3, 2)
+    assert record.to_undo(5) == (3, 2)
+    assert record.undone(2) == {"c2": "jupyter.widget"}
     assert record.current() == {"c1": "jupyter.widget"}
-    # Widget events past the undo depth let the cell's state go: there is no whole cell left to undo.
+
+
+def test_widget_events_never_use_up_the_undo_depth() -> None:
+    record = CommRecord(undo_depth=2)
     for _ in range(5):
-        record.settled("comm", kept=True)
-    assert record.evicted and record.to_undo(1) == (0, 0)
+        record.settled("cell", kept=True)
+        for _ in range(7):
+            record.settled("comm", kept=True)
+    # Two cells above the oldest kept state (the floor, once one was let go), each with its last event after it.
+    kinds = ["cell", "comm", "cell", "comm", "cell", "comm"]
+    assert record.evicted and [state.kind for state in record.states] == kinds
+    assert record.to_undo(1) == (2, 1) and record.to_undo(2) == (4, 2) and record.to_undo(3) == (4, 2)
+
+
+def test_the_keepers_chain_keeps_what_the_kernels_record_keeps() -> None:
+    class Handle:
+        """A kept snapshot as the chain sees one: killed when let go."""
+
+        def __init__(self, n: int) -> None:
+            self.pid, self.killed = 10_000 + n, False
+
+        def kill(self) -> None:
+            self.killed = True
+
+    chain, record = Chain(undo_depth=1), CommRecord(undo_depth=1)
+    handles = []
+    for n, kind in enumerate(["cell", "comm", "comm", "cell", "comm", "cell", "comm", "comm", "comm"]):
+        handles.append(Handle(n))
+        assert chain.offer(handles[-1], stop=False)
+        chain.depth_if_kept()  # as the keeper's exit record asks, before the kind is known
+        assert chain.settle(True, kind)
+        record.settled(kind, kept=True)
+        assert [snap.kind for snap in chain.kept] == [state.kind for state in record.states]
+        assert chain.evicted == record.evicted
+    # Every snapshot the chain let go was killed, and only those.
+    assert [h.killed for h in handles] == [h not in chain.kept for h in handles]
+    assert [handles.index(h) for h in chain.kept] == [3, 4, 5, 8]
 
 
 def test_a_run_that_is_not_kept_gives_back_the_comms_it_opened() -> None:
@@ -403,14 +439,18 @@ def test_undo_counts_cells_and_closes_the_widgets_it_takes_away(kc: BlockingKern
     assert [(m["msg_type"], m["content"]["comm_id"]) for m in sent] == [("comm_close", gauge)]
 
 
-def test_undo_after_more_widget_events_than_its_depth_says_why_it_cannot(tmp_path: Path) -> None:
-    with running_kernel("cellbox", cwd=str(tmp_path), extra=["--CellboxKernel.undo_depth=1"]) as (_km, kc):
+def test_undo_after_more_widget_events_than_its_depth_still_takes_the_cell_away(tmp_path: Path) -> None:
+    with running_kernel("cellbox", cwd=str(tmp_path), extra=["--CellboxKernel.undo_depth=2"]) as (_km, kc):
+        ok(kc, "before_knob = 1")
         [knob] = model_ids(ok(kc, "import ipywidgets\nknob = ipywidgets.IntSlider()\nknob"), "IntSliderModel")
-        for value in (1, 2, 3):
+        for value in (1, 2, 3, 4):
             send_comm(kc, "comm_msg", update(knob, value=value))
-        result = execute(kc, "%undo")
-        assert result.stream().startswith("Nothing to undo: the states kept are all widget events since the last cell")
-        assert ok(kc, "print(knob.value)").stream() == "3\n"
+        assert ok(kc, "print(knob.value)").stream() == "4\n"
+        # Four events between two cells, two cells to undo: the print, then the knob and its events.
+        result = execute(kc, "%undo 2")
+        assert result.stream().startswith("Undid 2 cells:")
+        assert knob in [m["content"]["comm_id"] for m in result.messages if m["msg_type"] == "comm_close"]
+        assert ok(kc, "print(before_knob, 'knob' in dir())").stream() == "1 False\n"
 
 
 # --------------------------------------------------------------------------- tqdm and ipympl

@@ -37,6 +37,8 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
+from ..sandbox.snapshots import keep_state
+
 if TYPE_CHECKING:
     from .kernel import CellboxKernel, _Cell
 
@@ -240,9 +242,9 @@ class _State:
 class CommRecord:
     """The comms (id to target name) that each kept state of the session holds, as the kernel saw them.
 
-    It follows the keeper's chain (:class:`cellbox.sandbox.snapshots.Chain`):
-    at most ``undo_depth + 1`` states, the newest the session's; before any,
-    the base, which holds none.
+    It follows the keeper's chain (:class:`cellbox.sandbox.snapshots.Chain`)
+    by the same rule (:func:`cellbox.sandbox.snapshots.keep_state`): the
+    newest state is the session's; before any, the base, which holds none.
     """
 
     def __init__(self, undo_depth: int) -> None:
@@ -270,10 +272,8 @@ class CommRecord:
         opened, self.running = self.running, {}
         if not kept:
             return opened
-        self.states.append(_State(kind, {**self.current(), **opened}))
-        while len(self.states) > self.undo_depth + 1:
-            self.states.pop(0)
-            self.evicted = True
+        _replaced, evicted = keep_state(self.states, _State(kind, {**self.current(), **opened}), self.undo_depth)
+        self.evicted = self.evicted or bool(evicted)
         return {}
 
     def to_undo(self, cells: int) -> tuple[int, int]:

@@ -567,7 +567,7 @@ class CellboxKernel(Kernel):
                 cell.debug_ended()
         await asyncio.sleep(0)  # let the last forwarded messages go out first
         cell.flush()
-        self._settle(cell, outcome)
+        self._settle(cell, outcome, kind)
         self._comms.settled(kind, cell.kept, cell.parent)
         return self._finish(cell, outcome, body)
 
@@ -594,8 +594,8 @@ class CellboxKernel(Kernel):
                 "of earlier cells",
             )
 
-    def _settle(self, cell: _Cell, outcome: Outcome) -> None:
-        """Keep the finished cell's snapshot as the next cell's state, or drop it and say so."""
+    def _settle(self, cell: _Cell, outcome: Outcome, kind: str = "cell") -> None:
+        """Keep the finished cell's (or ``kind="comm"``: comm run's) snapshot as the next state, or drop it."""
         server, run = self._forkserver, cell.run
         if server is None or run is None or not self.carry_state:
             return
@@ -610,7 +610,7 @@ class CellboxKernel(Kernel):
         # snapshot; one stopped by a kill, a limit or a crash did not, or is not trusted to have.
         keep = bool(run.left_snapshot) and outcome.signal is None and outcome.status in KEPT_STATUSES
         # Not waited for: the keeper settles while the reply goes out, and the exit record said what it gives.
-        server.settle(keep, wait=False)
+        server.settle(keep, wait=False, kind=kind)
         facts = run.settle_facts.get("keep" if keep else "drop")
         if facts:
             cell.snapshot = {"kept": keep, **facts}
@@ -639,19 +639,13 @@ class CellboxKernel(Kernel):
         cells = "1 cell" if undone == 1 else f"{undone} cells"
         if undone == 0:
             text = "Nothing to undo: no earlier state is kept.\n"
-            if self._comms.record.states:
-                # What is kept are widget events since the last cell: undoing some of them would undo no cell.
-                text = (
-                    "Nothing to undo: the states kept are all widget events since the last cell "
-                    "(CellboxKernel.undo_depth sets how many are kept).\n"
-                )
         else:
             text = (
                 f"Undid {cells}: the names are as they were before {'it' if undone == 1 else 'them'}. "
                 "Files written and output shown stay as they are.\n"
             )
         if undone < count:
-            text += f"(Only {undone} earlier states were kept; CellboxKernel.undo_depth sets how many.)\n"
+            text += f"(Only {cells} could be undone; CellboxKernel.undo_depth sets how many are kept.)\n"
         text += "".join(line + "\n" for line in shared_memory_line(result.get("shared")))
         self._stream("stdout", text)
         return {"status": "ok", "execution_count": self.execution_count, "payload": [], "user_expressions": {}}

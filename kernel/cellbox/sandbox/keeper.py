@@ -338,7 +338,7 @@ class Keeper:
         if op == "run":
             reply = self.start_run(request, fds)
         elif op == "settle":
-            reply = self.settle(bool(request.get("keep")))
+            reply = self.settle(bool(request.get("keep")), request.get("kind"))
         elif op == "undo":
             reply = self.undo(int(request.get("n", 1)))
         elif op == "stat":
@@ -909,18 +909,21 @@ class Keeper:
 
     # ---------------------------------------------------------------- the chain
 
-    def settle(self, keep):
-        """Keep the newest snapshot as the session's state, or drop it (:meth:`Chain.settle`)."""
-        kept = self.chain.settle(keep)
+    def settle(self, keep, kind="cell"):
+        """Keep the newest snapshot as the state, or drop it (:meth:`Chain.settle`); ``kind``: what made it."""
+        kept = self.chain.settle(keep, kind)
         self.reap()
         current = self.chain.current()
         return {"kept": kept, "depth": len(self.chain.kept), "rss": resident_of(current.pid if current else None)}
 
     def chain_facts(self, keep):
-        """``{"depth", "rss"}`` that :meth:`settle` will answer for ``keep`` (no pending snapshot: as dropped)."""
+        """``{"depth", "rss"}`` that :meth:`settle` will answer for ``keep`` (no pending snapshot: as dropped).
+
+        The depth is a cell's: a comm run's facts are not shown (it has no reply).
+        """
         chain = self.chain
         if keep and chain.pending is not None:
-            state, depth = chain.pending, min(len(chain.kept) + 1, chain.undo_depth + 1)
+            state, depth = chain.pending, chain.depth_if_kept()
         else:
             state, depth = chain.current(), len(chain.kept)
         facts = {"depth": depth, "rss": resident_of(state.pid if state else None)}

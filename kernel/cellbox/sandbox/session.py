@@ -505,8 +505,13 @@ class ForkServer:
         """
         return self._request({"op": "stat"})
 
-    def settle(self, keep: bool, wait: bool = True) -> dict[str, Any]:
+    def settle(self, keep: bool, wait: bool = True, kind: str = "cell") -> dict[str, Any]:
         """Keep the snapshot the last run left as the current state (``keep``), or drop it.
+
+        ``kind`` says what made it: a ``"cell"``, or a ``"comm"`` run (a
+        frontend's comm message), whose state replaces a comm run's on top of
+        the chain (:func:`cellbox.sandbox.snapshots.keep_state`: ``undo``
+        counts cells, not widget events).
 
         Returns ``{"kept": bool, "depth": kept snapshots, "rss": bytes}`` (the
         current snapshot's resident size), or ``{}`` when there is no session.
@@ -515,7 +520,7 @@ class ForkServer:
         (:attr:`cellbox.sandbox.Run.settle_facts`) and replies to its client
         while the keeper settles.
         """
-        request = {"op": "settle", "keep": bool(keep)}
+        request = {"op": "settle", "keep": bool(keep), "kind": "comm" if kind == "comm" else "cell"}
         try:
             if wait:
                 return self._request(request)

@@ -1070,6 +1070,8 @@ class Snapshot:
     # What its command said of its shared memory mappings (keeper.checked_shared): writes there outlive a stop
     # and an undo, so the kernel names them.  None for the base.
     shared = {"count": 0, "bytes": 0, "names": []}
+    # What made it, once kept (Chain.settle): a "cell", or a "comm" run (a frontend's comm message).
+    kind = "cell"
     # Pids of snapshots and spares killed and not yet reaped (the keeper's): a large image takes a while to go,
     # and a run killed meanwhile must not count them as its own processes.
     dying: set[int] = set()
@@ -1128,14 +1130,39 @@ class Snapshot:
         return pid
 
 
+def keep_state(states, state, undo_depth):
+    """Put the newly kept ``state`` on top of ``states`` (oldest first); ``(replaced, evicted)``, the states let go.
+
+    Each state's ``kind`` is ``"cell"`` or ``"comm"`` (the run of a frontend's
+    comm message: a widget event), and ``%undo`` counts cells, not widget
+    events.  So a comm state replaces a comm state on top: above each cell's
+    state at most one is kept, the last event's, which is what the next cell
+    starts from.  And states go from the front only while more than
+    ``undo_depth`` cells' states are above the oldest kept one (the floor an
+    undo stops at once one was let go), however many widget events came
+    between.  The keeper's :class:`Chain` and the kernel's record of comms
+    (:class:`cellbox.kernel.comms.CommRecord`) both follow this rule, so they
+    agree on what an undo of N cells drops.
+    """
+    replaced = []
+    if state.kind == "comm" and states and states[-1].kind == "comm":
+        replaced.append(states.pop())
+    states.append(state)
+    evicted = []
+    while len(states) > 1 and sum(1 for kept in states[1:] if kept.kind == "cell") > undo_depth:
+        evicted.append(states.pop(0))
+    return replaced, evicted
+
+
 class Chain:
     """The session's snapshots, as the keeper holds them.
 
     ``base`` is ``S0`` (no run has changed it); ``kept`` are the kept
     snapshots, oldest first, the last being the session's state; ``pending`` is
-    the newest, until its owner settles it.  At most ``undo_depth + 1`` are
-    kept; ``evicted`` says an older one was let go, so ``undo`` stops above
-    the base.
+    the newest, until its owner settles it.  What is kept follows
+    :func:`keep_state`: ``undo_depth`` cells' states above the oldest kept,
+    each with at most one widget event's after it; ``evicted`` says an older
+    one was let go, so ``undo`` stops above the base.
     """
 
     def __init__(self, undo_depth):
@@ -1201,19 +1228,30 @@ class Chain:
             snapshot.stop()
         return True
 
-    def settle(self, keep):
-        """Keep the pending snapshot as the state, or drop it (the oldest past the undo depth go); ``True`` if kept."""
+    def settle(self, keep, kind="cell"):
+        """Keep the pending snapshot as the state, or drop it; ``True`` if kept.
+
+        ``kind`` is what made it, a ``"cell"`` or a ``"comm"`` run; the
+        snapshots :func:`keep_state` lets go are killed.
+        """
         pending, self.pending = self.pending, None
         if pending is None:
             return False
         if not keep:
             pending.kill()
             return False
-        self.kept.append(pending)
-        while len(self.kept) > self.undo_depth + 1:
-            self.kept.pop(0).kill()
-            self.evicted = True
+        pending.kind = "comm" if kind == "comm" else "cell"
+        replaced, evicted = keep_state(self.kept, pending, self.undo_depth)
+        for snapshot in (*replaced, *evicted):
+            snapshot.kill()
+        self.evicted = self.evicted or bool(evicted)
         return True
+
+    def depth_if_kept(self):
+        """How many snapshots :meth:`settle` would leave kept if it kept the pending one as a cell's."""
+        kinds = [types.SimpleNamespace(kind=snap.kind) for snap in self.kept]
+        keep_state(kinds, types.SimpleNamespace(kind="cell"), self.undo_depth)
+        return len(kinds)
 
     def undo(self, count):
         """Drop the newest ``count`` kept snapshots; how many went.
