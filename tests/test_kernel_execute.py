@@ -7,15 +7,19 @@ One real kernel (started through jupyter_client from this environment's
 from __future__ import annotations
 
 import base64
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import zmq
+from ipykernel.iostream import IOPubThread
 from jupyter_client.blocking.client import BlockingKernelClient
+from jupyter_client.session import Session
 
 from cellbox.kernel.cellerrors import error_for_outcome
-from cellbox.kernel.kernel import DISCARDED, KEPT_STATUSES
+from cellbox.kernel.kernel import DISCARDED, KEPT_STATUSES, KernelStream
 from cellbox.sandbox.limits import Limits
 from cellbox.sandbox.outcome import Outcome, Status
 from kernelkit import execute, plain, running_kernel, survivors
@@ -406,3 +410,36 @@ def test_memory_error_from_the_child_is_noted_in_the_waiting_thread_before_class
     cell.from_child({"type": "display_data"})
     assert noted == ["memory_error"]
     assert queued == [({"type": "memory_error"},), ({"type": "display_data"},)]
+
+
+def test_the_kernels_own_stream_waits_for_iopub_only_after_a_write() -> None:
+    # ipykernel flushes the kernel process's stdout and stderr before every reply, each a round trip to IOPub's
+    # thread; the kernel's own stream makes that trip only when something was written, and what is written goes out.
+    context = zmq.Context()
+    pub, sub = context.socket(zmq.PUB), context.socket(zmq.SUB)
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    sub.connect(f"tcp://127.0.0.1:{port}")
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    thread = IOPubThread(pub)
+    thread.start()
+    trips = []
+    schedule = thread.schedule
+    thread.schedule = lambda f: (trips.append(f), schedule(f))[1]  # type: ignore[method-assign]
+    session = Session(key=b"")
+    stream = KernelStream(session, thread, "stdout", watchfd=False)
+    try:
+        time.sleep(0.3)  # the subscription reaches the publisher
+        stream.flush()
+        assert trips == []
+        stream.write("from the kernel\n")
+        stream.flush()
+        assert len(trips) >= 2  # the flush, then the wait for it
+        assert sub.poll(5000)
+        _idents, message = session.feed_identities(sub.recv_multipart())
+        assert session.deserialize(message)["content"] == {"name": "stdout", "text": "from the kernel\n"}
+    finally:
+        stream.close()
+        thread.stop()
+        thread.close()
+        sub.close(0)
+        context.term()

@@ -50,6 +50,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ipykernel.iostream import OutStream
 from ipykernel.kernelbase import Kernel
 from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, default, validate
 
@@ -114,6 +115,29 @@ SUBSHELLS_REFUSED = "cellbox runs one cell at a time, each forked from the sessi
 NOTE_MIMETYPE = "application/vnd.cellbox.note+json"
 # History replies name one session: this kernel process's.
 SESSION_NUMBER = 1
+
+
+class KernelStream(OutStream):  # type: ignore[misc]
+    """The kernel process's own stdout or stderr, as ipykernel's; its flush waits only after something was written.
+
+    ipykernel's ``execute_request`` flushes both streams before every reply,
+    each a round trip to the IOPub thread (0.5 to 1 ms on a 2-core machine).
+    Here the kernel process writes to them only by accident (its log goes to
+    the terminal); the cells' output is published by the kernel, and waited
+    for once before the reply (:meth:`CellboxKernel._iopub_barrier`).  What is
+    written still goes out: ``write`` schedules its own flush, as ipykernel's.
+    """
+
+    _written = False
+
+    def write(self, string: str) -> int:
+        self._written = True
+        return super().write(string) or 0
+
+    def flush(self) -> None:
+        if self._written:
+            self._written = False
+            super().flush()
 
 
 class CellboxKernel(Kernel):
@@ -183,6 +207,9 @@ class CellboxKernel(Kernel):
         "finished (a snapshot), so names, modules and open files stay as under ipykernel. False gives every cell "
         "a fresh namespace.",
     ).tag(config=True)
+    # ipykernel sleeps 0.5 ms after flushing its own streams before each reply (a workaround for its own process's
+    # output); a cell's output is the kernel's to publish here, and _iopub_barrier puts it out before the reply.
+    _execute_sleep = Float(0.0).tag(config=True)
     undo_depth = Int(
         3,
         help="Snapshots kept for %undo beyond the current one (each holds the memory its cell changed).",
@@ -505,9 +532,23 @@ class CellboxKernel(Kernel):
             self._note(note)
         self._comms.notes.clear()
         async with self._turn:
-            return await self._run_cell(
+            reply = await self._run_cell(
                 body, limits, silent, store_history, user_expressions or {}, allow_stdin, source=code
             )
+        self._iopub_barrier()
+        return reply
+
+    def _iopub_barrier(self, timeout: float = 10.0) -> None:
+        """Wait (at most ``timeout`` seconds) until IOPub's thread has sent what was queued before: the cell's output
+        and errors go out before its reply, as ipykernel's flush before a reply puts out a cell's prints."""
+        thread = self.iopub_thread
+        if thread is None or getattr(thread, "thread", None) is None or not thread.thread.is_alive():
+            return
+        if thread.thread.ident == threading.get_ident():
+            return
+        sent = threading.Event()
+        thread.schedule(sent.set)
+        sent.wait(timeout)
 
     async def _run_cell(
         self,
@@ -1404,6 +1445,7 @@ def main() -> None:
     """
     trusted_sys_path()
     from ipykernel.kernelapp import IPKernelApp
+    from traitlets import DottedObjectName
 
     class CellboxKernelApp(IPKernelApp):  # type: ignore[misc]
         """ipykernel's application, whose exit after a ``shutdown_request`` waits for the control thread's last words.
@@ -1418,6 +1460,9 @@ def main() -> None:
         the request, half its ``shutdown_wait_time``).  Here the main thread
         waits for the control thread, already told to stop, before it exits.
         """
+
+        # The kernel's own stdout and stderr (see KernelStream).
+        outstream_class = DottedObjectName("cellbox.kernel.kernel.KernelStream").tag(config=True)
 
         def start(self) -> None:
             super().start()
