@@ -187,6 +187,9 @@ def test_hung_server_times_out_the_hand_off_and_the_run_is_spawned() -> None:
         assert outcome.stdout == "3\n"
         assert "forkserver" not in outcome.isolation
         assert any(note.startswith("forkserver:") for note in outcome.notes)
+        # A session replaced because it stopped answering counts as a restart, as one that ended does.
+        assert fork_server.restarts == 1
+        assert fork_server.lost is not None and fork_server.lost.startswith("the session stopped answering")
 
 
 def test_changed_site_directory_restarts_the_server(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -612,6 +612,7 @@ class ForkServer:
                 if "did not answer" in str(exc) or "closed" in str(exc):
                     self._retire(server)  # a session that failed to answer is not trusted again
                     self._server = None
+                    self.restarts += 1  # the next run starts its replacement
                     self.lost = f"the session stopped answering ({exc})"
                 raise
             server.busy = True
