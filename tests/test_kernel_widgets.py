@@ -16,6 +16,7 @@ from pathlib import Path
 from queue import Empty
 from typing import Any
 
+import psutil
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 
@@ -451,6 +452,49 @@ def test_undo_after_more_widget_events_than_its_depth_still_takes_the_cell_away(
         assert result.stream().startswith("Undid 2 cells:")
         assert knob in [m["content"]["comm_id"] for m in result.messages if m["msg_type"] == "comm_close"]
         assert ok(kc, "print(before_knob, 'knob' in dir())").stream() == "1 False\n"
+
+
+def session_processes(km: Any) -> list[psutil.Process]:
+    """The kernel's session: its keeper, the snapshots and the spare (every descendant named cellbox-...)."""
+    kernel, found = psutil.Process(km.provisioner.process.pid), []
+    for process in kernel.children(recursive=True):
+        try:
+            if process.name().startswith("cellbox-") and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except psutil.NoSuchProcess:
+            pass  # killed since the listing
+    return found
+
+
+def test_widget_events_replace_their_snapshots_and_a_new_session_closes_the_widgets_at_once(tmp_path: Path) -> None:
+    with running_kernel("cellbox", cwd=str(tmp_path)) as (km, kc):
+        code = (
+            "import ipywidgets\ndial = ipywidgets.IntSlider()\ndial.observe(lambda c: print('to', c['new']), 'value')"
+        )
+        [dial] = model_ids(ok(kc, f"{code}\ndial"), "IntSliderModel")
+        send_comm(kc, "comm_msg", update(dial, value=1))
+        before = len(session_processes(km))
+        for value in range(2, 12):
+            assert streamed(send_comm(kc, "comm_msg", update(dial, value=value))) == f"to {value}\n"
+        # Each event's snapshot replaced the one before it, killed (its end is not waited for): no stopped
+        # process piles up in the session.
+        deadline = time.monotonic() + TIMEOUT
+        while len(session_processes(km)) > before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(session_processes(km)) == before
+        [keeper] = [p for p in session_processes(km) if p.name() == "cellbox-keeper"]
+        keeper.kill()
+        keeper.wait(TIMEOUT)
+        # The next run starts a new session, which holds no widget: the frontend is told so at once, as after
+        # an %undo, rather than the move running in a state without the slider and showing nothing.
+        sent = send_comm(kc, "comm_msg", update(dial, value=12))
+        assert dial in [m["content"]["comm_id"] for m in sent if m["msg_type"] == "comm_close"]
+        assert dial not in comm_info(kc)["comms"]
+        result = ok(kc, "print('dial' in dir())")
+        assert result.stream() == "False\n"
+        # One note, the session's (found ended, or not answering the move's run): not a callback stopped.
+        [note] = result.notes.splitlines()
+        assert note.startswith("cellbox: the session's state was lost (the session ")
 
 
 # --------------------------------------------------------------------------- tqdm and ipympl

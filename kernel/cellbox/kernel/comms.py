@@ -429,18 +429,21 @@ class Comms:
     async def _run(self, item: Pending) -> None:
         """One message's run, through the cell path, with the message as its parent."""
         kernel = self.kernel
+        server = kernel._forkserver
+        if server is not None and kernel.carry_state:
+            # Started if needed and waited for, as before a cell (a frontend opens its comms as it connects, perhaps
+            # before the session is ready); a session replaced since the last run (it ended, or a package was
+            # installed) holds none of the widgets: they close now, and the next cell says why.
+            await asyncio.to_thread(server.wait_ready, SESSION_READY_TIMEOUT)
+            self._session_replaced()
         if item.msg_type == "comm_msg" and item.comm_id not in self.record.current():
-            self.close_on_frontend({item.comm_id: ""}, item.parent)  # its cell was not kept
+            self.close_on_frontend({item.comm_id: ""}, item.parent)  # its cell was not kept, or its session is gone
             return
-        if kernel._forkserver is None or not kernel.carry_state:
+        if server is None or not kernel.carry_state:
             # No state to run it in (carry_state off, or no session): the widget cannot answer.
             if item.msg_type != "comm_close":
                 self.close_on_frontend({item.comm_id: ""}, item.parent)
             return
-        server = kernel._forkserver
-        if server.pid is None and server.broken is None:
-            # A frontend opens its comms as it connects, perhaps before the session is ready: as a first cell waits.
-            await asyncio.to_thread(server.wait_ready, SESSION_READY_TIMEOUT)
         if item.msg_type == "comm_open":
             self.record.running[item.comm_id] = str(item.content["target_name"])
         ident, parent = kernel._get_shell_context_var(kernel._shell_parent_ident), kernel.get_parent("shell")
@@ -451,11 +454,20 @@ class Comms:
             )
         finally:
             kernel.set_parent(ident, parent, "shell")
+        if self._session_replaced():
+            return  # found gone at this run's start (it did not answer): its widgets closed, the next cell says why
         if not self.last_kept:
             self.notes.append(
                 f"cellbox: a widget's callback ({item.msg_type}) was stopped, so what it changed is not kept: "
                 f"{reply.get('ename')}: {reply.get('evalue')}"
             )
+
+    def _session_replaced(self) -> bool:
+        """Close every comm when the session was replaced since the last run, and say why at the next cell."""
+        note = self.kernel._session_replaced()
+        if note:
+            self.notes.append(note)
+        return note is not None
 
     def info(self, target_name: str | None) -> dict[str, Any]:
         """The ``comm_info_reply`` content, from the record (messaging spec, "Comm info")."""

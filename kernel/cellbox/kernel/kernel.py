@@ -627,13 +627,22 @@ class CellboxKernel(Kernel):
             return
         if server.pid is None and server.broken is None:
             await asyncio.to_thread(server.wait_ready, SESSION_READY_TIMEOUT)
-        if server.lost and server.lost != self._session_lost:
-            self._session_lost = server.lost
-            self._comms.lost(self.get_parent("shell"))
-            self._note(
-                f"cellbox: the session's state was lost ({server.lost}); this cell starts without the names "
-                "of earlier cells",
-            )
+        note = self._session_replaced()
+        if note:
+            self._note(note)
+
+    def _session_replaced(self) -> str | None:
+        """The note for a session that was replaced since the last run (it ended, or a package was installed), once:
+        its comms are closed then, as its widgets have no live value; ``None`` when it was not."""
+        server = self._forkserver
+        if server is None or not server.lost or server.lost == self._session_lost:
+            return None
+        self._session_lost = server.lost
+        self._comms.lost(self.get_parent("shell"))
+        return (
+            f"cellbox: the session's state was lost ({server.lost}); this cell starts without the names "
+            "of earlier cells"
+        )
 
     def _settle(self, cell: _Cell, outcome: Outcome, kind: str = "cell") -> None:
         """Keep the finished cell's (or ``kind="comm"``: comm run's) snapshot as the next state, or drop it."""
