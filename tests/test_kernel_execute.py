@@ -6,11 +6,13 @@ One real kernel (started through jupyter_client from this environment's
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import zmq
@@ -19,7 +21,7 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.session import Session
 
 from cellbox.kernel.cellerrors import error_for_outcome
-from cellbox.kernel.kernel import DISCARDED, KEPT_STATUSES, KernelStream
+from cellbox.kernel.kernel import DISCARDED, KEPT_STATUSES, CellboxKernel, KernelStream
 from cellbox.sandbox.limits import Limits
 from cellbox.sandbox.outcome import Outcome, Status
 from kernelkit import execute, plain, running_kernel, survivors
@@ -443,3 +445,26 @@ def test_the_kernels_own_stream_waits_for_iopub_only_after_a_write() -> None:
         thread.close()
         sub.close(0)
         context.term()
+
+
+@pytest.mark.parametrize(
+    ("code", "ename"),
+    [("%%limits bogus=1\nprint(1)", "LimitError"), ("%undo", "UsageError"), ("%undo 0", "UsageError")],
+    ids=["limits-line", "undo-without-a-session", "undo-zero"],
+)
+def test_every_execute_reply_waits_for_what_its_request_published(code: str, ename: str) -> None:
+    # A reply that returns before its cell runs (a refused %%limits line, an %undo) waits for IOPub's thread too:
+    # without the wait its error or its stream could reach the frontend after the reply.
+    kernel = CellboxKernel.__new__(CellboxKernel)
+    order: list[str] = []
+    kernel._forkserver = None
+    kernel._iopub_barrier = lambda timeout=10.0: order.append("barrier")  # type: ignore[method-assign]
+
+    def published(name: str, _evalue: str, _traceback: list[str]) -> dict[str, Any]:
+        order.append(name)
+        return {"status": "error"}
+
+    kernel._publish_error = published  # type: ignore[method-assign]
+    reply = asyncio.run(kernel.do_execute(code, False, store_history=False))
+    assert reply == {"status": "error"}
+    assert order == [ename, "barrier"]

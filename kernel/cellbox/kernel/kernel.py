@@ -509,7 +509,24 @@ class CellboxKernel(Kernel):
         allow_stdin: bool = False,
         **_ignored: Any,
     ) -> dict[str, Any]:
-        """Run one cell in a fresh child; see the module docstring for the steps."""
+        """Run one cell in a fresh child; see the module docstring for the steps.
+
+        Whatever the reply (a cell's, an ``%undo``'s, a ``%%limits`` line refused), what the request published
+        goes out on IOPub before it (:meth:`_iopub_barrier`).
+        """
+        reply = await self._execute(code, silent, store_history, user_expressions, allow_stdin)
+        self._iopub_barrier()
+        return reply
+
+    async def _execute(
+        self,
+        code: str,
+        silent: bool,
+        store_history: bool,
+        user_expressions: dict[str, str] | None,
+        allow_stdin: bool,
+    ) -> dict[str, Any]:
+        """:meth:`do_execute`'s work, before the barrier."""
         self._last_outcome = None
         self._notes = []
         try:
@@ -532,11 +549,9 @@ class CellboxKernel(Kernel):
             self._note(note)
         self._comms.notes.clear()
         async with self._turn:
-            reply = await self._run_cell(
+            return await self._run_cell(
                 body, limits, silent, store_history, user_expressions or {}, allow_stdin, source=code
             )
-        self._iopub_barrier()
-        return reply
 
     def _iopub_barrier(self, timeout: float = 10.0) -> None:
         """Wait (at most ``timeout`` seconds) until IOPub's thread has sent what was queued before: the cell's output
