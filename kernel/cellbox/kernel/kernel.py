@@ -207,9 +207,13 @@ class CellboxKernel(Kernel):
         "finished (a snapshot), so names, modules and open files stay as under ipykernel. False gives every cell "
         "a fresh namespace.",
     ).tag(config=True)
-    # ipykernel sleeps 0.5 ms after flushing its own streams before each reply (a workaround for its own process's
-    # output); a cell's output is the kernel's to publish here, and _iopub_barrier puts it out before the reply.
-    _execute_sleep = Float(0.0).tag(config=True)
+
+    @default("_execute_sleep")
+    def _no_execute_sleep(self) -> float:
+        """ipykernel sleeps 0.5 ms after flushing its own streams before each reply (a workaround for its own
+        process's output); a cell's output is the kernel's to publish here, and _iopub_barrier puts it out first."""
+        return 0.0
+
     undo_depth = Int(
         3,
         help="Snapshots kept for %undo beyond the current one (each holds the memory its cell changed).",
