@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -441,10 +442,22 @@ def test_the_kernels_own_stream_waits_for_iopub_only_after_a_write() -> None:
         assert session.deserialize(message)["content"] == {"name": "stdout", "text": "from the kernel\n"}
     finally:
         stream.close()
-        thread.stop()
-        thread.close()
+        stop_iopub(thread)
         sub.close(0)
         context.term()
+
+
+def stop_iopub(thread: IOPubThread) -> None:
+    """Stop an IOPub thread with its event-pipe task ended inside its loop (stopped from outside, ipykernel
+    cancels the task after the loop stopped, and the interpreter's exit prints "Task was destroyed")."""
+    task = getattr(thread, "_event_pipe_gc_task", None)
+    if task is not None:
+        for step in (task.cancel, lambda: None):  # the cancel, then one more turn of the loop for it to land
+            done = threading.Event()
+            thread.io_loop.add_callback(lambda step=step, done=done: (step(), done.set()))
+            done.wait(5)
+    thread.stop()
+    thread.close()
 
 
 @pytest.mark.parametrize(
