@@ -216,7 +216,8 @@ class CellboxKernel(Kernel):
 
     undo_depth = Int(
         3,
-        help="Snapshots kept for %undo beyond the current one (each holds the memory its cell changed).",
+        help="Earlier cells whose states are kept for %undo beyond the current one (each snapshot holds the memory "
+        "its cell changed; widget events after a cell keep one more, the last one's).",
     ).tag(config=True)
     interrupt_grace = Float(
         INTERRUPT_GRACE,
