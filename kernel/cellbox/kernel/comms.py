@@ -431,10 +431,13 @@ class Comms:
         kernel = self.kernel
         server = kernel._forkserver
         if server is not None and kernel.carry_state:
-            # Started if needed and waited for, as before a cell (a frontend opens its comms as it connects, perhaps
-            # before the session is ready); a session replaced since the last run (it ended, or a package was
-            # installed) holds none of the widgets: they close now, and the next cell says why.
-            await asyncio.to_thread(server.wait_ready, SESSION_READY_TIMEOUT)
+            # A session that ended (or saw a package installed) is replaced now, at once; waited for only while it
+            # is not ready, as before a cell (a frontend opens its comms as it connects, perhaps before the
+            # session is ready), so a widget event pays no thread hop.  A replaced one holds none of the widgets:
+            # they close now, and the next cell says why.
+            server.start()
+            if server.pid is None and server.broken is None:
+                await asyncio.to_thread(server.wait_ready, SESSION_READY_TIMEOUT)
             self._session_replaced()
         if item.msg_type == "comm_msg" and item.comm_id not in self.record.current():
             self.close_on_frontend({item.comm_id: ""}, item.parent)  # its cell was not kept, or its session is gone
