@@ -130,6 +130,73 @@ def test_a_cell_that_stops_itself_as_its_snapshot_with_a_thread_is_not_kept(kc: 
     assert ok(kc, "print(before_forged, 'forger' in dir())") == "before False\n"
 
 
+# Words a cell sends on each SOCK_SEQPACKET socket it holds (its snapshot socket and its spare's) before it
+# ends: one that names no process, one that names the keeper, and ones that are not messages.
+WORDS_FIRST = """
+import json, os, socket
+for name in os.listdir("/proc/self/fd"):
+    try:
+        copy = os.dup(int(name))
+    except OSError:
+        continue
+    try:
+        sent = socket.socket(fileno=copy)
+    except OSError:
+        os.close(copy)
+        continue
+    with sent:
+        if sent.type == socket.SOCK_SEQPACKET:
+            for word in ({"event": "snapshot", "pid": 1}, {"event": "snapshot", "pid": os.getppid()}):
+                sent.send(json.dumps(word).encode())
+            for word in (b"not json", b"[" * 100_000, b""):
+                sent.send(word)
+"""
+
+
+@pytest.mark.parametrize(
+    "way",
+    ["", "import threading, time\nthreading.Thread(target=time.sleep, args=(30,), daemon=True).start()"],
+    ids=["own", "copy"],
+)
+def test_words_a_cell_sends_before_its_end_do_not_hide_the_word_its_snapshot_sends(
+    kc: BlockingKernelClient, way: str
+) -> None:
+    # The keeper read one word at the stop (or exit): the cell's first word hid the snapshot's own, and the
+    # cell ran to its wall limit (own way) or lost its state (copy's way).
+    ok(kc, "count = 1")
+    for _ in range(2):
+        result = execute(kc, f"%%limits wall=10\n{way}\n{WORDS_FIRST}\ncount += 1")
+        assert result.status == "ok", (result.errors, result.notes)
+        assert not result.notes
+    assert ok(kc, "print(count)") == "3\n"
+
+
+def test_queued_words_reads_every_message_and_closes_what_came_with_each() -> None:
+    import json
+    import os
+    import socket
+
+    from cellbox.sandbox.snapshots import queued_words
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with ours, theirs:
+        carried = os.open(os.devnull, os.O_RDONLY)
+        before = len(os.listdir("/proc/self/fd"))
+        for data in (b'{"first": 1}', b"not json", b"[" * 100_000, b"", b'{"last": 2}'):
+            socket.send_fds(theirs, [data], [carried, carried])
+        os.close(carried)
+        assert queued_words(ours) == [{"first": 1}, {"last": 2}]
+        assert len(os.listdir("/proc/self/fd")) == before - 1  # the ten received descriptors are closed
+        for number in range(5):
+            theirs.send(json.dumps(number).encode())
+        assert queued_words(ours, limit=2) == [0, 1]  # a sender that never stops is read only so far
+        assert queued_words(ours) == [2, 3, 4]
+        assert queued_words(ours) == []  # nothing queued: no wait
+        theirs.send(b'"after"')
+        theirs.close()
+        assert queued_words(ours, timeout=5) == ["after"]  # and end of file ends the reading
+
+
 def test_a_record_lock_a_cell_took_does_not_hold_the_file_against_the_next_cell(kc: BlockingKernelClient) -> None:
     # As under ipykernel (one process holds the lock and may take it again) and the copy's way (the cell's
     # process ended, and its lock with it): the next cell locks the file at once.

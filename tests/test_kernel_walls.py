@@ -294,7 +294,14 @@ def _link(fd):
         return ""
 ours = sorted(int(fd) for fd in os.listdir("/proc/self/fd") if _link(fd).startswith("socket:"))
 sent = [os.open("/dev/null", os.O_RDONLY) for _ in range(10)]
-socket.send_fds(socket.socket(fileno=os.dup(ours[0])), [json.dumps({"event": "snapshot"}).encode()], sent)
+following = socket.socket(fileno=os.dup(ours[0]))
+socket.send_fds(following, [json.dumps({"event": "snapshot"}).encode()], sent)
+socket.send_fds(following, [b"not json"], sent)  # and words that are not messages, with descriptors too
+socket.send_fds(following, [b"[" * 100_000], sent)
+socket.send_fds(following, [b""], sent)
+for fd in sent:
+    os.close(fd)
+state += 1
 """
 
 
@@ -315,19 +322,21 @@ def keeper_fds(kernel: int) -> int:
 def test_descriptors_a_cell_sends_the_keeper_are_closed(tmp_path: Path) -> None:
     # Promise (design.md): a trusted process takes nothing a cell made; the keeper read the message and
     # kept its descriptors, ten more each cell, until it ran out.
-    with running_kernel("cellbox", cwd=str(tmp_path)) as (km, kc):
+    # undo_depth=1: from the second cell on, each cell's kept snapshot (and its socket) takes the place of one.
+    with running_kernel("cellbox", cwd=str(tmp_path), extra=["--CellboxKernel.undo_depth=1"]) as (km, kc):
         kernel = int(km.provisioner.process.pid)  # type: ignore[union-attr]
         assert execute(kc, "state = 1").status == "ok"
-        # The word it sends first hides its process's own word at its stop, so the keeper takes that stop for the
-        # cell's own and the cell runs to its wall limit: a short one, as the test is about descriptors.
-        sender = f"%%limits wall=2\n{SEND_FDS_TO_THE_KEEPER}"
-        execute(kc, sender)
+        # Under a wall limit the test would reach only if the keeper took a sent word for the cell's own.
+        sender = f"%%limits wall=10\n{SEND_FDS_TO_THE_KEEPER}"
+        replies = [execute(kc, sender)]
         before = keeper_fds(kernel)  # after one such cell, so that the spare and sockets are as after the others
-        for _ in range(3):
-            execute(kc, sender)
+        replies += [execute(kc, sender) for _ in range(3)]
         after = keeper_fds(kernel)
-        assert execute(kc, "print(state)").stream() == "1\n"
+        final = execute(kc, "print(state)")
     assert after == before
+    assert [reply.status for reply in replies] == ["ok"] * 4, replies[0].traceback
+    # Each cell's own snapshot was taken at its end, past the words it sent first: the state went on.
+    assert final.stream() == "5\n"
 
 
 # Every way a process may signal another, aimed at the keeper (the cell's parent): kill(2),

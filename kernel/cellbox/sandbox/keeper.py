@@ -58,6 +58,7 @@ from .snapshots import (
     prefetch,
     preload,
     process_state,
+    queued_words,
     receive,
     send_json,
     set_dumpable,
@@ -416,6 +417,9 @@ class Keeper:
         following, theirs = snapshot_ends(request)
         names = [name for name in named if name != "control"] + list(theirs)
         carried = [named[name] for name in names if name not in theirs] + [end.fileno() for end in theirs.values()]
+        # What the cell before sent on the spare's socket is read first: closed with unread messages, a
+        # SOCK_SEQPACKET end makes its peer's next read fail (ECONNRESET, unix(7)), and the spare's read is the run's.
+        queued_words(spare.sock)
         try:
             send_json(spare.sock, dict(request, handoff=names), carried)
             continue_process(spare.pid)
@@ -800,19 +804,22 @@ class Keeper:
             if next_spare is not None:
                 next_spare.close()
             return
-        if run.hello is not None or run.refused:
-            hello = None if run.refused else run.hello  # read at its stop (own_snapshot)
+        # The command's process is a cell's, and so are all it left: what they sent beside a word is closed, and
+        # every word they queued is read.
+        if run.refused:
+            queued_words(following)
+            hello = None
+        elif names_itself(run.hello, run.pid):
+            queued_words(following)  # the word it stopped on as its own snapshot (own_snapshot) is the one
+            hello = run.hello
         else:
-            # The command names its snapshot before it exits: one that ended as a finished module
-            # (exit status 0 or 1) has done so, and its word is waited for.
+            # The command names its snapshot just before it exits, after any word a cell of it sent: the last
+            # word is its own.  One that ended as a finished module (exit status 0 or 1) has sent it, and it is
+            # waited for unless a word was read at a stop.
             finished = os.WIFEXITED(run.status) and os.WEXITSTATUS(run.status) in (0, 1)
-            following.settimeout(snapshots.SNAPSHOT_TIMEOUT if finished else 0)
-            try:
-                hello, fds = receive(following)
-                for fd in fds:
-                    os.close(fd)  # the command's process is a cell's: what it sends beside its word is not kept
-            except (OSError, ValueError):
-                hello = None
+            waited = snapshots.SNAPSHOT_TIMEOUT if finished and run.hello is None else 0
+            words = queued_words(following, waited)
+            hello = words[-1] if words else run.hello
         pid = hello.get("pid") if isinstance(hello, dict) else None
         if isinstance(hello, dict) and isinstance(hello.get("error"), str):
             run.snapshot_error = hello["error"][:200]
@@ -823,7 +830,6 @@ class Keeper:
             if next_spare is not None:
                 next_spare.close()
             return
-        following.setblocking(True)
         if next_spare is not None and own_child(hello.get("spare"), self.chain.pids()):
             self.discard_spare()
             self.spare = Spare(hello["spare"], next_spare, self.chain.pending)
@@ -856,18 +862,14 @@ class Keeper:
             return
         if report is None or report.si_code != os.CLD_STOPPED or report.si_status != signal.SIGSTOP:
             return
-        run.following.settimeout(0)
-        try:
-            hello, fds = receive(run.following)
-        except (OSError, ValueError):
-            hello, fds = None, []
-        for fd in fds:
-            os.close(fd)
-        if hello is None:
+        # Every word queued: the cell may have sent words of its own before the one the command stopped on.
+        words = queued_words(run.following)
+        if not words:
             return
-        run.hello = hello
-        if not isinstance(hello, dict) or hello.get("pid") != run.pid:
-            return  # an earlier word: the old way's, read when the command ends (take_snapshot)
+        own = [word for word in words if names_itself(word, run.pid)]
+        run.hello = own[0] if own else words[-1]
+        if not own:
+            return  # a stop of the cell's; its last word may be the old way's, kept for when it ends (take_snapshot)
         run.own_usage = own_usage(run.pid)
         run.status = 0
         problem = stop_problem(run.pid) or alone_problem(run.pid)
@@ -950,6 +952,11 @@ class Keeper:
             "snapshots": [{"pid": snap.pid, **memory_of(snap.pid)} for snap in snaps],
             "keeper": memory_of(os.getpid()),
         }
+
+
+def names_itself(word, pid):
+    """Whether ``word`` is the snapshot word of a command ``pid`` that stopped as its own snapshot."""
+    return isinstance(word, dict) and word.get("event") == "snapshot" and word.get("pid") == pid
 
 
 def own_usage(pid):

@@ -47,6 +47,7 @@ import random
 import re
 import resource
 import runpy
+import select
 import signal
 import socket
 import sys
@@ -76,6 +77,9 @@ SNAPSHOT_NICE = 19
 KERNEL_RELEASE = tuple(int(part) for part in re.findall(r"\d+", os.uname().release)[:2])
 # Seconds a snapshot may take to fork a run, and a finished command to say its snapshot is there.
 SNAPSHOT_TIMEOUT = 5.0
+# The most messages the keeper reads off a run's snapshot socket at once (queued_words): the cell's own
+# processes send there, and a process of the cell's may go on sending while the keeper reads.
+MAX_QUEUED_WORDS = 1024
 # (spec, code) of the warmed module's ``python -m`` entry, found once by the keeper (see prefetch).
 PREFETCHED = None
 # In a run's command: the session wants a snapshot of it when its module returns
@@ -105,13 +109,64 @@ def send_json(sock, message, fds=()):
 
 
 def receive(sock):
-    """One message and its fds; ``(None, [])`` at end of file."""
+    """One message and its fds; ``(None, [])`` at end of file.
+
+    Raises :class:`OSError` from recvmsg(2) (:class:`BlockingIOError` when
+    nothing is queued on a non-blocking socket) and :class:`ValueError` for a
+    message that is not JSON (or nests too deep to decode), whose fds are
+    closed first.
+    """
     data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, MAX_FDS)
     if not data:
         for fd in fds:
             os.close(fd)
         return None, []
-    return json.loads(data), fds
+    try:
+        return json.loads(data), fds
+    except (ValueError, RecursionError) as exc:
+        for fd in fds:
+            os.close(fd)
+        raise ValueError(f"not a message: {type(exc).__name__}") from None
+
+
+def queued_words(sock, timeout=0.0, limit=None):
+    """The messages queued on ``sock``, oldest first, each one's fds closed: a cell's process sends them.
+
+    The first is waited for up to ``timeout`` seconds, the others not;
+    reading stops at an empty queue, at end of file, or after ``limit``
+    reads (:data:`MAX_QUEUED_WORDS`), since the cell's other processes may go
+    on sending.  A message that is not JSON is skipped, and so is an empty
+    one: a SOCK_SEQPACKET read returns 0 bytes both for an empty message and
+    at end of file, which is told by POLLHUP (every peer closed; poll(2)).
+    An ECONNRESET (the peer closed with messages of ours unread, unix(7)) is
+    reported once and then cleared, and the reading goes on.  The socket's
+    timeout is as it was after.
+    """
+    limit = MAX_QUEUED_WORDS if limit is None else limit
+    words = []
+    was = sock.gettimeout()
+    sock.settimeout(timeout)
+    try:
+        for _ in range(limit):
+            try:
+                word, fds = receive(sock)
+            except (ValueError, ConnectionResetError):
+                word, fds = (), []
+            except OSError:
+                break
+            sock.settimeout(0)
+            for fd in fds:
+                os.close(fd)
+            if word is None:
+                poller = select.poll()
+                poller.register(sock, select.POLLIN)
+                if any(events & select.POLLHUP for _fd, events in poller.poll(0)):
+                    break
+            elif word != ():
+                words.append(word)
+    finally:
+        sock.settimeout(was)
+    return words
 
 
 # --------------------------------------------------------------------------- preload
