@@ -19,6 +19,7 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 
 from kernelkit import descendants, execute, running_kernel
+from sandboxkit import process_stat
 from test_sandbox_walls import SETID_ATTEMPTS, SETID_REFUSED, assert_no_setid_file
 
 # A kernel whose session filter leaves ptrace and its kin open, as on a machine without libseccomp (the
@@ -308,7 +309,8 @@ state += 1
 def keeper_fds(kernel: int) -> int:
     """How many descriptors the session's keeper holds once settled (skips where its /proc/PID/fd is closed to
     this user)."""
-    keepers = [pid for pid in descendants(kernel) if Path(f"/proc/{pid}/comm").read_text().strip() == "cellbox-keeper"]
+    # A run's processes end while the tree is read: one gone by then has no stat (None), and is not the keeper.
+    keepers = [pid for pid in descendants(kernel) if (process_stat(pid) or (b"",))[0] == b"cellbox-keeper"]
     try:
         counts = []
         for _ in range(10):  # the fewest over a second: a run's pipes close a moment after its reply
