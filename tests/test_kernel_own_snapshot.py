@@ -171,6 +171,133 @@ def test_words_a_cell_sends_before_its_end_do_not_hide_the_word_its_snapshot_sen
     assert ok(kc, "print(count)") == "3\n"
 
 
+# A fork handler of the cell's runs in its snapshot as the snapshot forks a run: there it names the spare (the
+# keeper's child, stopped, held for the next cell) as the run's command, before the snapshot's own reply.
+FORK_REPLY_NAMES_THE_SPARE = """
+import json, os, socket
+_cell, _keeper = os.getpid(), os.getppid()
+def _name_the_spare():
+    if os.getpid() == _cell:
+        return
+    spares = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) <= os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                head, _, tail = f.read().rpartition(b")")
+        except OSError:
+            continue
+        if head.endswith(b"(cellbox-snap") and int(tail.split()[1]) == _keeper:
+            spares.append(int(name))
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                continue
+            end = socket.socket(fileno=os.dup(int(name)))
+        except OSError:
+            continue
+        with end:
+            if end.type == socket.SOCK_SEQPACKET and spares:
+                end.send(json.dumps({"pid": max(spares)}).encode())
+os.register_at_fork(after_in_parent=_name_the_spare)
+count += 1
+"""
+
+
+def test_a_snapshot_that_names_the_spare_as_its_runs_command_is_dropped(kc: BlockingKernelClient) -> None:
+    # The keeper took the spare for the completion's command: the run's kill then waited for a process it
+    # spares (kill_run), the keeper spun until the kernel ended the session, and every state was lost.
+    ok(kc, "count = 1")
+    ok(kc, FORK_REPLY_NAMES_THE_SPARE)
+    code = "cou"
+    msg_id = kc.complete(code, len(code))
+    reply = kc.get_shell_msg(timeout=60)
+    while reply["parent_header"]["msg_id"] != msg_id:
+        reply = kc.get_shell_msg(timeout=60)
+    assert "count" in reply["content"]["matches"]  # answered from the state before (the snapshot was dropped)
+    assert ok(kc, "print(count)") == "1\n"  # the session went on; only the forging cell's own state is gone
+
+
+# The cell's two SOCK_SEQPACKET sockets, as `ends`: the keeper made the snapshot's pair first, then the spare's.
+CELL_ENDS = """
+import json, os, socket
+found = []
+for name in os.listdir("/proc/self/fd"):
+    try:
+        link = os.readlink(f"/proc/self/fd/{name}")
+    except OSError:
+        continue
+    if link.startswith("socket:"):
+        found.append((int(link[8:-1]), int(name)))
+ends = []
+for _inode, fd in sorted(found):
+    end = socket.socket(fileno=os.dup(fd))
+    if end.type == socket.SOCK_SEQPACKET:
+        ends.append(end)
+    else:
+        end.close()
+"""
+
+# More words on the spare's socket than the keeper reads at once (the cell raises its socket's send buffer).
+SPARE_FLOOD = (
+    CELL_ENDS
+    + """
+spare_end = ends[-1]
+spare_end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)
+spare_end.setblocking(False)
+sent = 0
+try:
+    for _ in range(WORDS):
+        spare_end.send(b"")
+        sent += 1
+except BlockingIOError:
+    pass
+for end in ends:
+    end.close()
+print(sent)
+count += 1
+"""
+)
+
+
+def test_more_words_on_the_spares_socket_than_the_keeper_reads_do_not_end_the_next_cell(
+    kc: BlockingKernelClient,
+) -> None:
+    # The keeper read MAX_QUEUED_WORDS of them and closed the socket over the rest: the spare's read of the
+    # next run's request failed (ECONNRESET, unix(7)), and the next cell ended at once.
+    from cellbox.sandbox.snapshots import MAX_QUEUED_WORDS
+
+    ok(kc, "count = 1")
+    for turn in range(3):  # whether the spare reads before the keeper's close is the machine's to say: a few times
+        sent = int(ok(kc, SPARE_FLOOD.replace("WORDS", str(3 * MAX_QUEUED_WORDS))))
+        if sent <= MAX_QUEUED_WORDS:
+            pytest.skip("this machine's socket buffers (net.core.wmem_max) hold no more words than the keeper reads")
+        assert ok(kc, "print(count)") == f"{turn + 2}\n"
+
+
+# The cell names itself first, with a shared memory fact of its own: a size no float holds.
+HUGE_SHARED = (
+    CELL_ENDS
+    + """
+forged = {"count": 1, "bytes": 10**4000, "names": ["forged"]}
+ends[0].send(json.dumps({"event": "snapshot", "pid": os.getpid(), "spare": None, "shared": forged}).encode())
+for end in ends:
+    end.close()
+"""
+)
+
+
+@pytest.mark.skipif(not OWN_WAY, reason="no sibling fork (clone with CLONE_PARENT) on this machine")
+def test_a_shared_memory_fact_no_float_holds_is_not_taken(kc: BlockingKernelClient) -> None:
+    # The keeper passed the cell's size on; the kernel's note on the next cell whose state was dropped formatted
+    # it (limits.format_size: OverflowError), and that cell got no reply.
+    ok(kc, HUGE_SHARED)
+    result = execute(kc, "%%limits wall=1\nimport time\ntime.sleep(30)", timeout=30)
+    assert result.content["ename"] == "CellTimeoutError"
+    assert "forged" not in result.traceback
+
+
 def test_queued_words_reads_every_message_and_closes_what_came_with_each() -> None:
     import json
     import os
@@ -195,6 +322,58 @@ def test_queued_words_reads_every_message_and_closes_what_came_with_each() -> No
         theirs.send(b'"after"')
         theirs.close()
         assert queued_words(ours, timeout=5) == ["after"]  # and end of file ends the reading
+
+
+def test_queued_words_reads_a_bounded_part_of_each_word_and_of_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A process of the cell's that sent 1 MiB words of empty JSON objects while the keeper read made it parse and
+    # hold 25 MB for each, up to MAX_QUEUED_WORDS of them: 40 such words took its peak from 39 MB to 1 GB.
+    import socket
+
+    from cellbox.sandbox import snapshots
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with ours, theirs:
+        theirs.send(b'"' + b"a" * snapshots.MAX_WORD + b'"')  # longer than a word: cut, so not JSON
+        theirs.send(b'"short"')
+        assert snapshots.queued_words(ours) == ["short"]
+        monkeypatch.setattr(snapshots, "MAX_QUEUED_BYTES", 20)
+        for number in range(6):
+            theirs.send(b"%d" % (10**8 + number))  # 9 bytes each
+        assert snapshots.queued_words(ours) == [10**8, 10**8 + 1, 10**8 + 2]  # past 20 bytes, the reading stops
+        assert snapshots.queued_words(ours) == [10**8 + 3, 10**8 + 4, 10**8 + 5]
+
+
+def test_words_queued_on_a_stopped_snapshots_socket_are_not_its_reply_to_a_fork() -> None:
+    # A process of the run a snapshot came from sent words on its socket after the keeper's last read, until the
+    # run's end killed it: the keeper took the first of them for the snapshot's reply to the next fork, and
+    # dropped the snapshot (or took the process it named for the run's command).
+    import json
+    import os
+    import signal
+    import socket
+
+    from cellbox.sandbox.snapshots import Snapshot, receive, send_json, stop_process
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            ours.close()
+            receive(theirs)  # stopped by the keeper's stop_process below, here or before
+            send_json(theirs, {"pid": os.getpid()})  # a snapshot's reply: the command it forked, here itself
+            signal.pause()
+        finally:
+            os._exit(0)
+    try:
+        assert stop_process(pid) is None
+        for word in ({"pid": 1}, {"pid": os.getpid()}, "stale"):
+            theirs.send(json.dumps(word).encode())
+        theirs.close()
+        assert Snapshot(pid, ours).fork({"op": "run"}, [], set()) == pid
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        ours.close()
 
 
 def test_a_record_lock_a_cell_took_does_not_hold_the_file_against_the_next_cell(kc: BlockingKernelClient) -> None:

@@ -144,6 +144,8 @@ def memory_of(pid):
 
 # Shared memory mappings named in one fact at most, and characters of each name (a cell chooses the names).
 SHARED_NAMED, NAME_CHARS = 4, 80
+# The most a count or a size in that fact may be: the kernel formats them as floats (limits.format_size).
+SHARED_MAX = 2**63
 
 
 def checked_shared(value):
@@ -157,9 +159,12 @@ def checked_shared(value):
     if not isinstance(value, dict):
         return none
     count, size, names = value.get("count"), value.get("bytes"), value.get("names")
-    if not (isinstance(count, int) and isinstance(size, int) and isinstance(names, list)) or count < 0 or size < 0:
+    if not (isinstance(count, int) and isinstance(size, int) and isinstance(names, list)):
         return none
-    names = ["".join(c if c.isprintable() else "?" for c in n)[:NAME_CHARS] for n in names if isinstance(n, str)]
+    if not (0 <= count <= SHARED_MAX and 0 <= size <= SHARED_MAX):
+        return none
+    # Cut before each character is looked at: a name may be as long as a whole message.
+    names = ["".join(c if c.isprintable() else "?" for c in n[:NAME_CHARS]) for n in names if isinstance(n, str)]
     return {"count": count, "bytes": size, "names": names[:SHARED_NAMED]}
 
 
@@ -414,12 +419,16 @@ class Keeper:
         if state is None or state[0] == "Z" or state[1] != os.getpid():
             spare.kill()
             return None, None
+        # What the cell before sent on the spare's socket is read first: closed with unread messages, a
+        # SOCK_SEQPACKET end makes its peer's next read fail (ECONNRESET, unix(7)), and the spare's read is the run's.
+        # A cell that raised its socket's send buffer queues more than is read at once: that spare is not used.
+        queued_words(spare.sock)
+        if select.select([spare.sock], [], [], 0)[0]:
+            spare.kill()
+            return None, None
         following, theirs = snapshot_ends(request)
         names = [name for name in named if name != "control"] + list(theirs)
         carried = [named[name] for name in names if name not in theirs] + [end.fileno() for end in theirs.values()]
-        # What the cell before sent on the spare's socket is read first: closed with unread messages, a
-        # SOCK_SEQPACKET end makes its peer's next read fail (ECONNRESET, unix(7)), and the spare's read is the run's.
-        queued_words(spare.sock)
         try:
             send_json(spare.sock, dict(request, handoff=names), carried)
             continue_process(spare.pid)
@@ -628,7 +637,8 @@ class Keeper:
         carried = [named[name] for name in names if name != "go" and name not in theirs] + [go_r]
         carried += [end.fileno() for end in theirs.values()]
         try:
-            pid = source.fork(dict(request, handoff=names), carried, self.chain.pids())
+            # Nor the spare: a process held for the next cell is never a run's command (its kill would wait for it).
+            pid = source.fork(dict(request, handoff=names), carried, self.spared())
             os.write(go_w, b"x")
             return pid, following, None
         except OSError as exc:

@@ -80,6 +80,11 @@ SNAPSHOT_TIMEOUT = 5.0
 # The most messages the keeper reads off a run's snapshot socket at once (queued_words): the cell's own
 # processes send there, and a process of the cell's may go on sending while the keeper reads.
 MAX_QUEUED_WORDS = 1024
+# Bytes of one such word that are read (a snapshot's word names a few paths; a longer one is not JSON once cut),
+# and bytes of words read at once: what the keeper parses and holds for a cell stays bounded however fast its
+# processes send (a 1 MiB word of empty JSON objects took 25 MB and 0.15 s of the keeper's to parse).
+MAX_WORD = 64 * 1024
+MAX_QUEUED_BYTES = 1024 * 1024
 # (spec, code) of the warmed module's ``python -m`` entry, found once by the keeper (see prefetch).
 PREFETCHED = None
 # In a run's command: the session wants a snapshot of it when its module returns
@@ -133,37 +138,46 @@ def queued_words(sock, timeout=0.0, limit=None):
     """The messages queued on ``sock``, oldest first, each one's fds closed: a cell's process sends them.
 
     The first is waited for up to ``timeout`` seconds, the others not;
-    reading stops at an empty queue, at end of file, or after ``limit``
-    reads (:data:`MAX_QUEUED_WORDS`), since the cell's other processes may go
-    on sending.  A message that is not JSON is skipped, and so is an empty
-    one: a SOCK_SEQPACKET read returns 0 bytes both for an empty message and
-    at end of file, which is told by POLLHUP (every peer closed; poll(2)).
-    An ECONNRESET (the peer closed with messages of ours unread, unix(7)) is
-    reported once and then cleared, and the reading goes on.  The socket's
-    timeout is as it was after.
+    reading stops at an empty queue, at end of file, after ``limit``
+    reads (:data:`MAX_QUEUED_WORDS`), or after :data:`MAX_QUEUED_BYTES`,
+    since the cell's other processes may go on sending.  Each message is
+    read up to :data:`MAX_WORD` bytes (the rest is discarded: SOCK_SEQPACKET
+    keeps message boundaries, unix(7)).  A message that is not JSON is
+    skipped, and so is an empty one: a SOCK_SEQPACKET read returns 0 bytes
+    both for an empty message and at end of file, which is told by POLLHUP
+    (every peer closed; poll(2)).  An ECONNRESET (the peer closed with
+    messages of ours unread, unix(7)) is reported once and then cleared, and
+    the reading goes on.  The socket's timeout is as it was after.
     """
     limit = MAX_QUEUED_WORDS if limit is None else limit
     words = []
+    left = MAX_QUEUED_BYTES
     was = sock.gettimeout()
     sock.settimeout(timeout)
     try:
         for _ in range(limit):
             try:
-                word, fds = receive(sock)
-            except (ValueError, ConnectionResetError):
-                word, fds = (), []
+                data, fds, _flags, _addr = socket.recv_fds(sock, MAX_WORD, MAX_FDS)
+            except ConnectionResetError:
+                data, fds = None, []
             except OSError:
                 break
             sock.settimeout(0)
             for fd in fds:
                 os.close(fd)
-            if word is None:
+            if data == b"":
                 poller = select.poll()
                 poller.register(sock, select.POLLIN)
                 if any(events & select.POLLHUP for _fd, events in poller.poll(0)):
                     break
-            elif word != ():
-                words.append(word)
+            elif data is not None:
+                try:
+                    words.append(json.loads(data))
+                except (ValueError, RecursionError):
+                    pass
+                left -= len(data)
+                if left <= 0:
+                    break
     finally:
         sock.settimeout(was)
     return words
@@ -1183,6 +1197,9 @@ class Snapshot:
     def ask_fork(self, request, fds):
         """The first half of :meth:`fork`: continue this snapshot and send it the request.  Raises OSError."""
         try:
+            # What is queued before the request is no reply to it: a process of the run the snapshot came from
+            # may have sent words on this socket after the keeper read them, until the run's end killed it.
+            queued_words(self.sock)
             continue_process(self.pid)
             self.sock.settimeout(SNAPSHOT_TIMEOUT)
             send_json(self.sock, request, fds)
