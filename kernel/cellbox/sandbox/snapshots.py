@@ -80,10 +80,11 @@ SNAPSHOT_TIMEOUT = 5.0
 # The most messages the keeper reads off a run's snapshot socket at once (queued_words): the cell's own
 # processes send there, and a process of the cell's may go on sending while the keeper reads.
 MAX_QUEUED_WORDS = 1024
-# Bytes of one such word that are read (a snapshot's word names a few paths; a longer one is not JSON once cut),
+# Bytes of one such word that are read (a snapshot's word names at most 8 paths, each at most 4096 bytes, which
+# JSON's escapes (6 bytes for one at worst) make at most 192 KiB: a longer word is not JSON once cut),
 # and bytes of words read at once: what the keeper parses and holds for a cell stays bounded however fast its
 # processes send (a 1 MiB word of empty JSON objects took 25 MB and 0.15 s of the keeper's to parse).
-MAX_WORD = 64 * 1024
+MAX_WORD = 256 * 1024
 MAX_QUEUED_BYTES = 1024 * 1024
 # (spec, code) of the warmed module's ``python -m`` entry, found once by the keeper (see prefetch).
 PREFETCHED = None
