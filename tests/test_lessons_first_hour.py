@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -83,6 +84,17 @@ def _wait_for(what: str, probe: object, timeout: float) -> object:
     raise AssertionError(f"no {what} within {timeout} s")
 
 
+def _answers(url: str) -> bool:
+    """Whether the server at ``url`` accepts a connection (any HTTP reply, even an error, means it listens)."""
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/api", timeout=5):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+
+
 def _cellbox_kernels(runtime: Path) -> list[psutil.Process]:
     """The cellbox kernel processes whose connection file lies in ``runtime``."""
     found = []
@@ -115,6 +127,9 @@ def test_ctrl_c_stops_jupyterlab_its_kernels_and_leaves_no_token_file(tmp_path: 
         info_file = _wait_for("jpserver-*.json", lambda: sorted(runtime.glob("jpserver-*.json")), 90)[0]  # type: ignore[index]
         info = json.loads(info_file.read_text())
         assert Path(info["root_dir"]) == tmp_path / "mine"
+        # jupyter_server writes its info file before its event loop binds the port (ServerApp.start_app, then
+        # _bind_http_server as the loop's first callback): the server is ready once its port answers.
+        _wait_for(f"server listening on port {info['port']}", lambda: _answers(info["url"]), 60)
         request = urllib.request.Request(
             f"{info['url'].rstrip('/')}/api/kernels",
             data=json.dumps({"name": "cellbox"}).encode(),
@@ -129,7 +144,14 @@ def test_ctrl_c_stops_jupyterlab_its_kernels_and_leaves_no_token_file(tmp_path: 
         output, _ = cellbox.communicate(timeout=60)
     finally:
         if cellbox.poll() is None:
+            # JupyterLab and its kernels are its children: a failed test leaves none of them holding the port.
+            below = psutil.Process(cellbox.pid).children(recursive=True)
             cellbox.kill()
+            for process in below:
+                try:
+                    process.kill()
+                except psutil.NoSuchProcess:
+                    pass
     assert cellbox.returncode == 0, output
     assert "cellbox lessons: JupyterLab stopped" in output
     assert sorted(path.name for path in runtime.glob("jpserver-*")) == []
