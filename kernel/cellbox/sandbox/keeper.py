@@ -814,21 +814,17 @@ class Keeper:
             if next_spare is not None:
                 next_spare.close()
             return
-        # The command's process is a cell's, and so are all it left: what they sent beside a word is closed, and
-        # every word they queued is read.
+        # The command's process is a cell's, and so are all it left: every word they queued is read, and what they
+        # sent beside one is closed.  The command names its snapshot just before it exits, after any word a cell of
+        # it sent: the last word is its own.  One that ended as a finished module (exit status 0 or 1) has sent it,
+        # and it is waited for unless a word was read at a stop (own_snapshot).
+        finished = os.WIFEXITED(run.status) and os.WEXITSTATUS(run.status) in (0, 1)
+        words = queued_words(following, snapshots.SNAPSHOT_TIMEOUT if finished and run.hello is None else 0)
         if run.refused:
-            queued_words(following)
             hello = None
         elif names_itself(run.hello, run.pid):
-            queued_words(following)  # the word it stopped on as its own snapshot (own_snapshot) is the one
-            hello = run.hello
+            hello = run.hello  # the word it stopped on as its own snapshot is the one
         else:
-            # The command names its snapshot just before it exits, after any word a cell of it sent: the last
-            # word is its own.  One that ended as a finished module (exit status 0 or 1) has sent it, and it is
-            # waited for unless a word was read at a stop.
-            finished = os.WIFEXITED(run.status) and os.WEXITSTATUS(run.status) in (0, 1)
-            waited = snapshots.SNAPSHOT_TIMEOUT if finished and run.hello is None else 0
-            words = queued_words(following, waited)
             hello = words[-1] if words else run.hello
         pid = hello.get("pid") if isinstance(hello, dict) else None
         if isinstance(hello, dict) and isinstance(hello.get("error"), str):
