@@ -31,6 +31,16 @@ def timed(call: Callable[[], object]) -> Callable[[], float]:
     return measure
 
 
+def execute(kc: object, code: str) -> float:
+    """Seconds from sending ``code`` on client ``kc`` to its execute_reply; fails loudly when the cell fails."""
+    begin = time.perf_counter()
+    reply = kc.execute_interactive(code, timeout=120, output_hook=lambda msg: None)  # type: ignore[attr-defined]
+    elapsed = time.perf_counter() - begin
+    if reply["content"]["status"] != "ok":
+        raise SystemExit(f"benchmark cell {code!r} failed: {reply['content'].get('ename')}")
+    return elapsed
+
+
 def cpu_model() -> str:
     """The processor's model name, from /proc/cpuinfo."""
     try:

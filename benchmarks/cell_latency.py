@@ -33,7 +33,7 @@ import tempfile
 import time
 
 import psutil
-from benchkit import cpu_model, interleaved
+from benchkit import cpu_model, execute, interleaved
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
@@ -60,16 +60,6 @@ def started(which: str, cwd: str) -> tuple[KernelManager, BlockingKernelClient]:
 def stop(km: KernelManager, kc: BlockingKernelClient) -> None:
     kc.stop_channels()
     km.shutdown_kernel(now=False)
-
-
-def execute(kc: BlockingKernelClient, code: str) -> float:
-    """Seconds from sending ``code`` to its execute_reply; fails loudly when the cell fails."""
-    begin = time.perf_counter()
-    reply = kc.execute_interactive(code, timeout=120, output_hook=lambda msg: None)
-    elapsed = time.perf_counter() - begin
-    if reply["content"]["status"] != "ok":
-        raise SystemExit(f"benchmark cell {code!r} failed: {reply['content'].get('ename')}")
-    return elapsed
 
 
 def fresh(which: str, cwd: str, numpy: dict[str, list[float]]) -> float:

@@ -36,9 +36,8 @@ import platform
 import statistics
 import subprocess
 import sys
-import time
 
-from benchkit import cpu_model
+from benchkit import cpu_model, execute
 
 MEASURE = r"""
 import importlib, json, os, select, statistics, sys, time
@@ -179,26 +178,16 @@ def depth_cells(depths: list[int], cells: int) -> dict[str, float]:
             started[label] = start_new_kernel(kernel_name=name, extra_arguments=extra)
         for _km, kc in started.values():
             for _ in range(5):
-                cell_time(kc)
+                execute(kc, "pass")
         times: dict[str, list[float]] = {label: [] for label in started}
         for _ in range(cells):
             for label, (_km, kc) in started.items():
-                times[label].append(cell_time(kc))
+                times[label].append(execute(kc, "pass"))
         return {label: statistics.median(values) for label, values in times.items()}
     finally:
         for km, kc in started.values():
             kc.stop_channels()
             km.shutdown_kernel(now=True)
-
-
-def cell_time(kc: object) -> float:
-    """Seconds from sending ``pass`` to its execute_reply on client ``kc``; fails loudly when the cell fails."""
-    started = time.perf_counter()
-    reply = kc.execute_interactive("pass", timeout=30, output_hook=lambda _msg: None)  # type: ignore[attr-defined]
-    took = time.perf_counter() - started
-    if reply["content"]["status"] != "ok":
-        sys.exit(f"a benchmark cell failed: {reply['content'].get('ename')}")
-    return took
 
 
 def measure_forks(rounds: int, modules: list[str], big: bool) -> dict[str, float]:
@@ -221,8 +210,8 @@ def ipykernel_cell(cells: int) -> float:
     km, kc = start_new_kernel(kernel_name="python3")
     try:
         for _ in range(3):
-            cell_time(kc)
-        return statistics.median(cell_time(kc) for _ in range(cells))
+            execute(kc, "pass")
+        return statistics.median(execute(kc, "pass") for _ in range(cells))
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
