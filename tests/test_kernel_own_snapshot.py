@@ -130,26 +130,35 @@ def test_a_cell_that_stops_itself_as_its_snapshot_with_a_thread_is_not_kept(kc: 
     assert ok(kc, "print(before_forged, 'forger' in dir())") == "before False\n"
 
 
-# Words a cell sends on each SOCK_SEQPACKET socket it holds (its snapshot socket and its spare's) before it
-# ends: one that names no process, one that names the keeper, and ones that are not messages.
-WORDS_FIRST = """
+# The cell's two SOCK_SEQPACKET sockets, as `ends`: the keeper made the snapshot's pair first, then the spare's.
+CELL_ENDS = """
 import json, os, socket
+found = []
 for name in os.listdir("/proc/self/fd"):
     try:
-        copy = os.dup(int(name))
+        link = os.readlink(f"/proc/self/fd/{name}")
     except OSError:
         continue
-    try:
-        sent = socket.socket(fileno=copy)
-    except OSError:
-        os.close(copy)
-        continue
+    if link.startswith("socket:"):
+        found.append((int(link[8:-1]), int(name)))
+ends = []
+for _inode, fd in sorted(found):
+    end = socket.socket(fileno=os.dup(fd))
+    if end.type == socket.SOCK_SEQPACKET:
+        ends.append(end)
+    else:
+        end.close()
+"""
+
+# Words a cell sends on each SOCK_SEQPACKET socket it holds (its snapshot socket and its spare's) before it
+# ends: one that names no process, one that names the keeper, and ones that are not messages.
+WORDS_FIRST = CELL_ENDS + """
+for sent in ends:
     with sent:
-        if sent.type == socket.SOCK_SEQPACKET:
-            for word in ({"event": "snapshot", "pid": 1}, {"event": "snapshot", "pid": os.getppid()}):
-                sent.send(json.dumps(word).encode())
-            for word in (b"not json", b"[" * 100_000, b""):
-                sent.send(word)
+        for word in ({"event": "snapshot", "pid": 1}, {"event": "snapshot", "pid": os.getppid()}):
+            sent.send(json.dumps(word).encode())
+        for word in (b"not json", b"[" * 100_000, b""):
+            sent.send(word)
 """
 
 
@@ -219,25 +228,6 @@ def test_a_snapshot_that_names_the_spare_as_its_runs_command_is_dropped(kc: Bloc
     assert ok(kc, "print(count)") == "1\n"  # the session went on; only the forging cell's own state is gone
 
 
-# The cell's two SOCK_SEQPACKET sockets, as `ends`: the keeper made the snapshot's pair first, then the spare's.
-CELL_ENDS = """
-import json, os, socket
-found = []
-for name in os.listdir("/proc/self/fd"):
-    try:
-        link = os.readlink(f"/proc/self/fd/{name}")
-    except OSError:
-        continue
-    if link.startswith("socket:"):
-        found.append((int(link[8:-1]), int(name)))
-ends = []
-for _inode, fd in sorted(found):
-    end = socket.socket(fileno=os.dup(fd))
-    if end.type == socket.SOCK_SEQPACKET:
-        ends.append(end)
-    else:
-        end.close()
-"""
 
 # More words on the spare's socket than the keeper reads at once (the cell raises its socket's send buffer).
 SPARE_FLOOD = (
