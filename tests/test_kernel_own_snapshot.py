@@ -9,6 +9,7 @@ the next cell: the earlier cell's process is still there, stopped, or gone.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -416,3 +417,25 @@ def test_record_locks_are_read_from_the_processs_own_fds(tmp_path: Path) -> None
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "[False, False, True, True, False]\n"
+
+
+@pytest.mark.skipif(not OWN_WAY, reason="no sibling fork (clone with CLONE_PARENT) on this machine")
+def test_cells_are_their_own_snapshots_where_bubblewrap_cannot_start(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A container's seccomp profile: bwrap fails.  As root the filter then refuses chmod(2), which broke the
+    session's warm start (IPython's profile README), and the shell built by the first cell kept every cell a copy."""
+    fake = tmp_path_factory.mktemp("fake-bwrap")
+    (fake / "bwrap").write_text(
+        '#!/bin/sh\necho "bwrap: Creating new namespace failed: Operation not permitted" >&2\nexit 1\n'
+    )
+    (fake / "bwrap").chmod(0o755)
+    notebook = tmp_path_factory.mktemp("notebook")
+    notebook.chmod(0o755)
+    env = ["/usr/bin/env", f"PATH={fake}:{os.environ['PATH']}"]
+    with running_kernel("cellbox", cwd=str(notebook), prefix=env) as (_km, client):
+        first = execute(client, "import os\nme = os.getpid()")
+        assert first.status == "ok" and "bubblewrap" in first.notes, first.notes  # the layers it lacks, said
+        for _ in range(2):  # the first cell (which may have built the shell) and one after it
+            assert ok(client, LOOK) == "cellbox-snap T 0 1\n"
+            ok(client, "me = os.getpid()")

@@ -393,6 +393,26 @@ def _new_shell(channel: Any) -> Any:
     return shell
 
 
+def _new_shell_of_the_session(channel: Channel) -> Any:
+    """The session's shell, built by a cell's process because the base could not (or a spawned cell's).
+
+    The fork handlers its imports register (logging's, IPython's history's,
+    ``concurrent.futures``') are the session's own, as when the base builds the
+    shell (:func:`warm_start`), not the cell's: they count as the base's
+    (:data:`cellbox.sandbox.atfork.at_base`).  Else a session whose warm start
+    failed (as root without bubblewrap, the syscall filter refuses the chmod
+    of IPython's profile README) would keep every later cell's snapshot a copy
+    (:func:`cellbox.sandbox.snapshots.own_snapshot_problem`): two forks and an
+    exit on each cell's path.
+    """
+    from ..sandbox import atfork
+
+    before = atfork.registered
+    shell = _new_shell(channel)
+    atfork.at_base += atfork.registered - before
+    return shell
+
+
 def warm_start() -> None:
     """Build the session's shell before any cell is known; called once, in the session's base snapshot.
 
@@ -444,7 +464,7 @@ def _session_shell(channel: Channel, spec: dict[str, Any]) -> Any:
 
     global _shell
     if _shell is None:
-        _shell = _new_shell(channel)
+        _shell = _new_shell_of_the_session(channel)
     shell = _shell
     _forget_dead_threads(shell)
     shell.channel = channel
