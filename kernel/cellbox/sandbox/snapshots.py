@@ -675,7 +675,8 @@ def become_own_snapshot(fd, spare_fd):
     # Nothing of the cell's runs here now: an interrupt for it (even one already caught) is ignored, and no
     # signal reaches a handler of the cell's (the runs a snapshot forks unblock them: prepare_command).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    # All blocked, as plain ints: signal.pthread_sigmask would make a Signals member of each (_launch.raw_sigmask).
+    blocked = _launch.raw_sigmask(signal.SIG_BLOCK, _launch.ALL_SIGNALS)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -702,7 +703,7 @@ def become_own_snapshot(fd, spare_fd):
         os.kill(spare, signal.SIGKILL)
         spare = None
     if spare is None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        _launch.raw_sigmask(signal.SIG_SETMASK, blocked)
         return None
     names["spare"] = spare
     # Its CPU time goes on counting the cell's: a snapshot keeps no soft CPU limit of a cell's (fork(2) zeroes it).
