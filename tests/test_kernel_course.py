@@ -178,3 +178,25 @@ def test_landlock_reads_the_course_around_a_hidden_file(tmp_path: Path) -> None:
     assert isinstance(read, list)
     assert str(secret) not in read and str(root) not in read
     assert {str(root / "data.csv"), str(root / "lesson")} <= set(read)
+
+
+def test_the_course_root_is_found_once_for_the_session(tmp_path: Path) -> None:
+    """A ``.git`` made after the kernel started (by a cell, or anyone) changes no later cell's view."""
+    from cellbox.kernel.kernel import CellboxKernel
+
+    lesson = tmp_path / "course" / "lesson"
+    lesson.mkdir(parents=True)
+
+    class Kernel:
+        _isolation_found = None
+        isolation, network, course_root, notebook_dir, parent = "auto", False, "", str(lesson), None
+        course_tree = CellboxKernel.course_tree
+        _find_cell_isolation = CellboxKernel._find_cell_isolation
+
+    kernel = Kernel()
+    first = CellboxKernel.cell_isolation(kernel)  # type: ignore[arg-type]
+    assert str(tmp_path / "course") not in first.read_only  # nothing above the lesson folder marks a course
+    (tmp_path / "course" / ".git").mkdir()
+    assert find_course_root(str(lesson)) == os.path.realpath(tmp_path / "course")  # found now, if looked for
+    later = CellboxKernel.cell_isolation(kernel)  # type: ignore[arg-type]
+    assert later == first and os.path.realpath(tmp_path / "course") not in later.read_only

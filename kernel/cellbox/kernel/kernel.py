@@ -324,7 +324,16 @@ class CellboxKernel(Kernel):
         A kernel running as root keeps its cells at uid 0 inside a user
         namespace without capabilities (:attr:`Isolation.keep_root`), so they
         write a root-owned notebook directory and nothing else of root's.
+        Found once, as the kernel starts its session (whose sandbox holds that
+        view for every cell it forks): the course root's search reads the
+        password database and a dozen folders, half a millisecond that every
+        cell paid, and a ``.git`` a cell makes later does not widen what cells see.
         """
+        if self._isolation_found is None:
+            self._isolation_found = self._find_cell_isolation()
+        return self._isolation_found
+
+    def _find_cell_isolation(self) -> Isolation:
         isolation = Isolation.from_options(mode=self.isolation, network=self.network, source="CellboxKernel.isolation")
         course = self.course_tree()
         # The kernel's own connection file is covered wherever it lies, in a course folder too.
@@ -339,6 +348,7 @@ class CellboxKernel(Kernel):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.notebook_dir = self.notebook_dir  # fixed now: the directory the kernel started in
+        self._isolation_found: Isolation | None = None
         trusted_sys_path((self.notebook_dir,))  # the cells' folder, when it is not the one it started in
         _remove_stale_task_directories()
         self.task = TaskDirectory.create(prefix=TASK_PREFIX)
