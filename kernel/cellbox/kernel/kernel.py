@@ -318,6 +318,9 @@ class CellboxKernel(Kernel):
             raise TraitError(str(exc)) from None
         return proposal["value"]
 
+    # The cells' isolation, once found (cell_isolation).
+    _isolation_found: Isolation | None = None
+
     def cell_isolation(self) -> Isolation:
         """The isolation of every cell, from the ``isolation`` and ``network`` settings.
 
@@ -348,7 +351,6 @@ class CellboxKernel(Kernel):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.notebook_dir = self.notebook_dir  # fixed now: the directory the kernel started in
-        self._isolation_found: Isolation | None = None
         trusted_sys_path((self.notebook_dir,))  # the cells' folder, when it is not the one it started in
         _remove_stale_task_directories()
         self.task = TaskDirectory.create(prefix=TASK_PREFIX)
