@@ -487,6 +487,9 @@ CLONE_PARENT = 0x00008000
 CLONE_CHILD_SETTID = 0x01000000
 # Where glibc's thread descriptor (pthread_self()) keeps the thread's id, found once by find_tid_offset.
 TID_OFFSET = None
+# (syscall, pthread_self) as ctypes calls, made once by find_tid_offset: made in a cell's process, a fresh fork,
+# they took 0.1 to 0.25 ms of every cell's end (copies of the pages ctypes' caches write).
+_SIBLING_CALLS = None
 # The kinds of anonymous inode a process's own snapshot may hold: none of them reaches its memory. Any other
 # (userfaultfd, io_uring, perf events, unknown ones) could write or read the snapshot's memory from its spare.
 SAFE_ANON_INODES = ("[eventfd]", "[eventpoll]", "[signalfd]", "[timerfd]", "[pidfd]", "inotify", "[fanotify]")
@@ -501,12 +504,14 @@ def find_tid_offset():
     second one; ``None`` when that is not exactly one place.  Call it before the
     process forks anything (the keeper does, once): it starts and joins a thread.
     """
-    global TID_OFFSET
+    global TID_OFFSET, _SIBLING_CALLS
     if os.uname().machine not in SYS_CLONE:
         return None
     try:
         import ctypes
 
+        syscall = ctypes.PyDLL(None, use_errno=True).syscall  # holds the GIL through each call, as os.fork does
+        syscall.restype = ctypes.c_long
         self_of = _launch.libc().pthread_self
         self_of.restype = ctypes.c_void_p
 
@@ -522,6 +527,7 @@ def find_tid_offset():
     except Exception:  # noqa: BLE001 - no sibling fork, then: every cell takes make_snapshot's way
         return None
     TID_OFFSET = found.pop() if len(found) == 1 else None
+    _SIBLING_CALLS = (syscall, self_of) if TID_OFFSET is not None else None
     return TID_OFFSET
 
 
@@ -541,13 +547,10 @@ def sibling_fork():
     """
     import ctypes
 
-    if TID_OFFSET is None or os.uname().machine not in SYS_CLONE:
+    if TID_OFFSET is None or _SIBLING_CALLS is None or os.uname().machine not in SYS_CLONE:
         raise OSError(0, "no sibling fork on this machine")
     python = ctypes.pythonapi  # holds the GIL through each call, as os.fork does
-    syscall = ctypes.PyDLL(None, use_errno=True).syscall
-    syscall.restype = ctypes.c_long
-    self_of = _launch.libc().pthread_self
-    self_of.restype = ctypes.c_void_p
+    syscall, self_of = _SIBLING_CALLS
     child_tid = ctypes.c_void_p(self_of() + TID_OFFSET)
     flags = CLONE_PARENT | CLONE_CHILD_SETTID | signal.SIGCHLD
     atfork.chain_forking = True
