@@ -419,6 +419,57 @@ def test_record_locks_are_read_from_the_processs_own_fds(tmp_path: Path) -> None
     assert result.stdout == "[False, False, True, True, False]\n"
 
 
+SHARED_MAPPINGS = r"""
+import errno, mmap, os, sys
+from multiprocessing import shared_memory
+from cellbox.sandbox import snapshots
+
+def both():
+    listed = sorted(snapshots._listed_shared_mappings())
+    try:
+        queried = sorted(snapshots._queried_shared_mappings())
+    except OSError as exc:
+        assert exc.errno in (errno.ENOTTY, errno.EINVAL), exc  # no PROCMAP_QUERY before Linux 6.11
+        queried = listed
+    assert queried == listed, (queried, listed)
+    return snapshots.shared_mappings()
+
+before = both()
+anonymous = mmap.mmap(-1, 3 * mmap.PAGESIZE)  # MAP_SHARED: "/dev/zero (deleted)"
+posix = shared_memory.SharedMemory(create=True, size=5 * mmap.PAGESIZE)
+fd = os.memfd_create("cellbox-test")
+os.ftruncate(fd, 7 * mmap.PAGESIZE)
+memfd = mmap.mmap(fd, 7 * mmap.PAGESIZE)
+path = os.path.join(sys.argv[1], "odd\nname")  # maps shows the newline as \012
+with open(path, "wb") as f:
+    f.write(b"x" * 2 * mmap.PAGESIZE)
+with open(path, "r+b") as f:
+    deleted = mmap.mmap(f.fileno(), 2 * mmap.PAGESIZE)
+os.unlink(path)
+private = mmap.mmap(-1, 11 * mmap.PAGESIZE, flags=mmap.MAP_PRIVATE)  # not shared: not counted
+after = both()
+grown = {name for name in after["names"] if name not in before["names"]}
+print(after["count"] - before["count"], (after["bytes"] - before["bytes"]) // mmap.PAGESIZE)
+print(sorted(name.replace(posix.name.lstrip("/"), "NAME").replace(sys.argv[1], "DIR") for name in grown))
+posix.close()
+posix.unlink()
+"""
+
+
+def test_shared_mappings_are_found_by_the_query_as_maps_lists_them(tmp_path: Path) -> None:
+    # PROCMAP_QUERY (Linux 6.11) asks for the shared mappings alone; the text of /proc/self/maps lists them all.
+    # Both must give the same mappings, names included, and only MAP_SHARED ones of shared memory count.
+    result = subprocess.run(
+        [sys.executable, "-c", SHARED_MAPPINGS, str(tmp_path)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "4 17"
+    assert lines[1] == str(
+        sorted(["/dev/zero (deleted)", "/dev/shm/NAME", "/memfd:cellbox-test (deleted)", "DIR/odd\\012name (deleted)"])
+    )
+
+
 @pytest.mark.skipif(not OWN_WAY, reason="no sibling fork (clone with CLONE_PARENT) on this machine")
 def test_cells_are_their_own_snapshots_where_bubblewrap_cannot_start(
     tmp_path_factory: pytest.TempPathFactory,
