@@ -37,6 +37,7 @@ below run in the snapshots themselves and in the commands they fork.
   owner settles it.
 """
 
+import _imp
 import atexit
 import builtins
 import errno
@@ -596,10 +597,17 @@ def sibling_fork():
     """fork(2), but the child is this process's sibling: its parent is this process's parent (``CLONE_PARENT``).
 
     The keeper, a cell's parent, is then the spare's parent too, and alone waits
-    for it, while the cell's process lives on as its snapshot.  CPython's own
-    fork steps run around it (``PyOS_BeforeFork``, ``PyOS_AfterFork_Child`` /
-    ``_Parent``, as ``os.fork`` does), and glibc's thread id is set in the child
-    as its fork sets it.  Call it with one thread only.  Returns 0 in the child
+    for it, while the cell's process lives on as its snapshot.  The child runs
+    CPython's fork steps (``PyOS_AfterFork_Child``: the runtime's locks and
+    threads made anew, then the ``after_in_child`` handlers), and glibc's thread
+    id is set in it as its fork sets it.  This process runs no handler of
+    :func:`os.register_at_fork`, before or after: with one thread and no cell
+    handlers (:func:`own_snapshot_problem`) the base's only take and give back
+    locks no other thread can hold (logging's, ``concurrent.futures'``) or stop a
+    thread that is not there (IPython history's), and so no Python runs between
+    the checks before the fork and the snapshot's stop but cellbox's own.  It
+    takes the import lock around the clone, as ``PyOS_BeforeFork`` does (the
+    child makes it anew).  Call it with one thread only.  Returns 0 in the child
     and the child's pid here.
 
     Raises:
@@ -615,14 +623,14 @@ def sibling_fork():
     child_tid = ctypes.c_void_p(self_of() + TID_OFFSET)
     flags = CLONE_PARENT | CLONE_CHILD_SETTID | signal.SIGCHLD
     atfork.chain_forking = True
+    _imp.acquire_lock()
     try:
-        python.PyOS_BeforeFork()
         pid = syscall(ctypes.c_long(SYS_CLONE[os.uname().machine]), ctypes.c_ulong(flags), None, None, child_tid, None)
         error = ctypes.get_errno()
         if pid == 0:
             python.PyOS_AfterFork_Child()
         else:
-            python.PyOS_AfterFork_Parent()
+            _imp.release_lock()
     finally:
         atfork.chain_forking = False
     if pid < 0:
@@ -762,10 +770,8 @@ def become_own_snapshot(fd, spare_fd):
         # It waits on its socket; the keeper stops it before the run's report (a stop of its own
         # could come after the keeper's, and so after the keeper's SIGCONT).
         return _as_spare(fd, spare_fd, sequence)
-    if spare is not None and own_snapshot_problem({fd, spare_fd}) is not None:
-        # An at-fork handler of the cell's started a thread or a child here: the copy's way, without this spare.
-        os.kill(spare, signal.SIGKILL)
-        spare = None
+    # No fork handler ran here (sibling_fork): what the checks found still holds.  A finalizer of the cell's that
+    # starts a thread or a child from here on fails the keeper's check of the stop (its state is not kept).
     if spare is None:
         _launch.raw_sigmask(signal.SIG_SETMASK, blocked)
         return None
