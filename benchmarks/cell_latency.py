@@ -43,8 +43,10 @@ KERNELS = {
     "ipykernel": ("python3", []),
 }
 GIB_ARRAY = "import numpy as np\nbig = np.ones(2**30 // 8)"
-# A 1 GiB array and the cell's own needs fit under this address-space limit.
-ROOMY = ["--CellboxKernel.memory=4G"]
+# A 1 GiB array and the cell's own needs fit under this address-space limit.  The array is defined again and
+# again, and each state kept for %undo holds its own: the session's memory bound (4G by default, a memory cgroup)
+# is lifted, as ipykernel has none.
+ROOMY = ["--CellboxKernel.memory=4G", "--CellboxKernel.session_memory=none"]
 
 
 def started(which: str, cwd: str) -> tuple[KernelManager, BlockingKernelClient]:

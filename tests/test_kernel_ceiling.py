@@ -266,3 +266,24 @@ def test_limits_capped_and_widened_agree_with_the_kernel() -> None:
     assert over == ["wall_time", "memory", "processes"]
     assert (capped.wall_time, capped.memory, capped.processes) == (60.0, 1024**3, 40)
     assert resource.RLIM_INFINITY not in (capped.memory,)
+
+
+def test_states_kept_for_undo_that_fill_the_sessions_memory_stop_the_cell_with_the_sessions_words(
+    notebook_dir: Path,
+) -> None:
+    # Each cell replaces a 300 MiB bytes object: the current state and those kept for %undo hold one each, so by the
+    # third cell the session's 1G cgroup is full though every cell stays far under its own 1G RLIMIT_AS.
+    if memory_cgroup_root() is None:
+        pytest.skip("no writable memory cgroup here: the session's memory is not bounded")
+    extra = ["--CellboxKernel.session_memory=1G", "--CellboxKernel.memory=1G"]
+    with running_kernel("cellbox", cwd=str(notebook_dir), extra=extra) as (_km, client):
+        results = [execute(client, f"big = b'{n}' * (300 * 2**20)", timeout=60) for n in range(5)]
+        failed = next(result for result in results if result.status == "error")
+        [error] = failed.errors
+        assert error["ename"] == "CellMemoryLimitError"
+        assert error["evalue"].startswith("the cell was stopped: the session's memory reached its 1G bound")
+        assert "RLIMIT_AS" not in error["evalue"]
+        assert "memory: the session reached its memory bound of 1G" in failed.notes
+        assert "the run reached its memory bound" not in failed.notes  # the cell's own bound was not reached
+        # The kernel lives on, and the next cell sees the state before the stopped one.
+        assert execute(client, "print(len(big), big[:1])").stream() == f"{300 * 2**20} b'{results.index(failed) - 1}'\n"

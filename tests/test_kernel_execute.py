@@ -25,6 +25,7 @@ from cellbox.kernel.cellerrors import error_for_outcome
 from cellbox.kernel.kernel import DISCARDED, KEPT_STATUSES, CellboxKernel, KernelStream
 from cellbox.sandbox.limits import Limits
 from cellbox.sandbox.outcome import Outcome, Status
+from cellbox.sandbox.runs import SESSION_BOUND_NOTE
 from kernelkit import execute, plain, running_kernel, survivors
 
 
@@ -258,6 +259,16 @@ def test_timeout_message_counts_the_processes_it_killed() -> None:
         "the cell ran past its 10 s wall-clock limit; it and the 3 processes it started were stopped. "
         "If it needs longer, put %%limits wall=20 on the cell's first line",
     )
+
+
+def test_a_cell_the_sessions_memory_bound_killed_is_told_that_bound_not_its_own_limit() -> None:
+    note = f"{SESSION_BOUND_NOTE} of 4G (every cell, snapshot, /tmp and /dev/shm together, a memory cgroup) and ..."
+    outcome = Outcome(Status.MEMORY_LIMIT, None, "SIGKILL", 1.0, 0.5, 2 * 1024**3, "", "", False, notes=(note,))
+    ename, evalue = error_for_outcome(outcome, Limits(memory=4 * 1024**3)) or ("", "")
+    assert ename == "CellMemoryLimitError"
+    assert evalue.startswith("the cell was stopped: the session's memory reached its 4G bound and the system killed")
+    assert "RLIMIT_AS" not in evalue and "%%limits memory=" not in evalue
+    assert "CellboxKernel.session_memory" in evalue
 
 
 def test_busy_loop_is_a_cpu_limit_error(kc: BlockingKernelClient) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..sandbox.limits import Limits, format_size, format_time
 from ..sandbox.outcome import Outcome, Status
+from ..sandbox.runs import SESSION_BOUND_NOTE
 
 __all__ = ["error_for_outcome", "exit_reason"]
 
@@ -80,6 +81,15 @@ def error_for_outcome(outcome: Outcome, limits: Limits, kept: bool = False) -> t
 def _memory_words(outcome: Outcome, limits: Limits, kept: bool) -> str:
     """What happened to a ``memory_limit`` cell: a MemoryError ended it, or a signal at the cap stopped it."""
     state = _KEPT if kept else ""
+    session = next((note for note in outcome.notes if note.startswith(SESSION_BOUND_NOTE)), None)
+    if session is not None:
+        bound = session.removeprefix(SESSION_BOUND_NOTE).split(" (", 1)[0].removeprefix(" of ")
+        return (
+            f"the cell was stopped: the session's memory reached its {bound} bound and the system killed the cell's "
+            "process. The bound counts every cell, the earlier states kept for %undo and what cells keep in /tmp and "
+            "/dev/shm together; %%limits does not raise it. Restarting the kernel frees the kept states; "
+            "CellboxKernel.session_memory, an administrator's setting, raises the bound"
+        )
     if limits.memory is None:
         if outcome.signal is None:
             return f"the cell asked for more memory than the machine could give: a MemoryError ended it{state}"

@@ -68,6 +68,8 @@ LAUNCHER = str(Path(__file__).with_name("_launch.py"))
 DEFAULT_ISOLATION = Isolation(mode="none")
 # Seconds an interrupted run gets to stop on SIGINT before it is killed.
 INTERRUPT_GRACE = 1.0
+# How the note of a run the session's memory cgroup killed begins (the kernel's words for the cell key on it).
+SESSION_BOUND_NOTE = "memory: the session reached its memory bound"
 # Where the channel's two pipes are in the command (message out, reply in).
 CHANNEL_FDS = (3, 4)
 
@@ -612,17 +614,19 @@ class Run(Confinement, Pump):
             self._notes.append(f"processes: the run reached its limit of {self.limits.processes} processes and threads")
         oom_killed = self._memory_cgroup is not None and self._memory_cgroup.oom_kills() > 0
         session = self._session_memory
-        if session is not None and signum == signal.SIGKILL and session.oom_kills() > self._session_ooms:
-            oom_killed = True
-            self._notes.append(
-                f"memory: the session reached its memory bound of {format_size(session.limit or 0)} (every cell, "
-                "snapshot, /tmp and /dev/shm together, a memory cgroup) and the kernel killed this cell"
-            )
+        session_killed = session is not None and signum == signal.SIGKILL and session.oom_kills() > self._session_ooms
         if self._memory_cgroup is not None:
             # All its processes, tmpfs and memfds together: more than any one process's max RSS.
             peak = max(peak, self._memory_cgroup.peak())
         bound = self.limits.memory_bound()
-        if oom_killed and self.limits.resident is not None:
+        if session_killed and session is not None:
+            # The run has no cgroup of its own in the session's (its bound is not what was reached): one note.
+            oom_killed = True
+            self._notes.append(
+                f"{SESSION_BOUND_NOTE} of {format_size(session.limit or 0)} (every cell, "
+                "snapshot, /tmp and /dev/shm together, a memory cgroup) and the kernel killed this cell"
+            )
+        elif oom_killed and self.limits.resident is not None:
             self._notes.append(
                 f"resident: the run reached its resident memory limit of {format_size(self.limits.resident)} "
                 "(memory cgroup) and the kernel killed a process of it"
