@@ -268,16 +268,18 @@ def test_limits_capped_and_widened_agree_with_the_kernel() -> None:
     assert resource.RLIM_INFINITY not in (capped.memory,)
 
 
-def test_states_kept_for_undo_that_fill_the_sessions_memory_stop_the_cell_with_the_sessions_words(
-    notebook_dir: Path,
-) -> None:
-    # Each cell replaces a 300 MiB bytes object: the current state and those kept for %undo hold one each, so by the
-    # third cell the session's 1G cgroup is full though every cell stays far under its own 1G RLIMIT_AS.
+SESSION_BOUND = ["--CellboxKernel.session_memory=1G", "--CellboxKernel.memory=1G"]
+
+
+def test_a_state_that_fills_the_sessions_memory_stops_the_cell_with_the_sessions_words(notebook_dir: Path) -> None:
+    # Each cell adds a 300 MiB bytes object the session's state keeps, so by the third or fourth cell the session's
+    # 1G cgroup is full though every cell stays under its own 2G RLIMIT_AS; letting the states kept for %undo go
+    # cannot help, since the current state holds every object.
     if memory_cgroup_root() is None:
         pytest.skip("no writable memory cgroup here: the session's memory is not bounded")
-    extra = ["--CellboxKernel.session_memory=1G", "--CellboxKernel.memory=1G"]
+    extra = ["--CellboxKernel.session_memory=1G", "--CellboxKernel.memory=2G"]
     with running_kernel("cellbox", cwd=str(notebook_dir), extra=extra) as (_km, client):
-        results = [execute(client, f"big = b'{n}' * (300 * 2**20)", timeout=60) for n in range(5)]
+        results = [execute(client, f"big{n} = b'{n}' * (300 * 2**20)", timeout=60) for n in range(5)]
         failed = next(result for result in results if result.status == "error")
         [error] = failed.errors
         assert error["ename"] == "CellMemoryLimitError"
@@ -285,5 +287,30 @@ def test_states_kept_for_undo_that_fill_the_sessions_memory_stop_the_cell_with_t
         assert "RLIMIT_AS" not in error["evalue"]
         assert "memory: the session reached its memory bound of 1G" in failed.notes
         assert "the run reached its memory bound" not in failed.notes  # the cell's own bound was not reached
+        stopped = results.index(failed)
+        assert stopped >= 2  # two objects fit in 1G
         # The kernel lives on, and the next cell sees the state before the stopped one.
-        assert execute(client, "print(len(big), big[:1])").stream() == f"{300 * 2**20} b'{results.index(failed) - 1}'\n"
+        names = execute(client, "print(sorted(n for n in dir() if n.startswith('big')))").stream()
+        assert names == f"{[f'big{n}' for n in range(stopped)]}\n"
+
+
+def test_a_notebook_that_redefines_a_large_object_runs_as_under_ipykernel_and_undo_says_what_was_let_go(
+    notebook_dir: Path,
+) -> None:
+    # Each cell replaces a 300 MiB bytes object. Each state kept for %undo holds its own copy, so three kept states
+    # and the current one would fill the session's 1G cgroup and stop the third cell, where ipykernel, holding one
+    # copy, runs them all. The oldest kept states are let go while the session holds more than half its bound.
+    if memory_cgroup_root() is None:
+        pytest.skip("no writable memory cgroup here: the session's memory is not bounded")
+    with running_kernel("cellbox", cwd=str(notebook_dir), extra=SESSION_BOUND) as (_km, client):
+        results = [execute(client, f"big = b'{n}' * (300 * 2**20)", timeout=60) for n in range(6)]
+        assert [result.status for result in results] == ["ok"] * 6
+        # Kept now: the last cell's state and the one before it (let go at the next cell's start); older ones went.
+        undo = execute(client, "%undo 3", timeout=60).stream()
+        assert undo.startswith("Undid 1 cell: the names are as they were before it."), undo
+        assert (
+            "(Only 1 cell could be undone: older states were let go when the session held more than half its 1G" in undo
+        )
+        assert "CellboxKernel.session_memory sets the bound" in undo
+        assert "undo_depth" not in undo
+        assert execute(client, "print(len(big), big[:1])").stream() == f"{300 * 2**20} b'4'\n"

@@ -204,6 +204,35 @@ def test_the_keepers_chain_keeps_what_the_kernels_record_keeps() -> None:
     assert [handles.index(h) for h in chain.kept] == [3, 4, 5, 8]
 
 
+def test_states_let_go_for_memory_go_from_the_oldest_in_chain_and_record_alike_and_never_the_current() -> None:
+    class Handle:
+        def __init__(self, n: int) -> None:
+            self.pid, self.killed = 20_000 + n, False
+
+        def kill(self) -> None:
+            self.killed = True
+
+    chain, record = Chain(undo_depth=3), CommRecord(undo_depth=3)
+    handles = [Handle(n) for n in range(3)]
+    for handle, kind in zip(handles, ["cell", "comm", "cell"], strict=True):
+        chain.offer(handle, stop=False)
+        chain.settle(True, kind)
+        record.settled(kind, kept=True)
+    assert not chain.evicted and record.to_undo(2) == (3, 2)  # back to the base, before every cell
+    assert chain.let_go() is handles[0]
+    record.let_go(1)
+    assert handles[0].killed and not handles[1].killed
+    assert [snap.kind for snap in chain.kept] == [state.kind for state in record.states] == ["comm", "cell"]
+    assert chain.evicted and record.evicted and record.short_of_memory
+    assert record.to_undo(2) == (1, 1)  # the oldest kept state is now the floor
+    assert chain.let_go() is handles[1]
+    record.let_go(1)
+    assert chain.let_go() is None  # the session's state stays
+    record.let_go(1)
+    assert chain.kept == [handles[2]] and len(record.states) == 1 and not handles[2].killed
+    assert chain.undo(1) == 0 and record.to_undo(1) == (0, 0)
+
+
 def test_a_run_that_is_not_kept_gives_back_the_comms_it_opened() -> None:
     record = CommRecord(undo_depth=3)
     record.running["w"] = "jupyter.widget"

@@ -17,7 +17,7 @@ import pytest
 
 from cellbox.cli import main
 from cellbox.sandbox import run
-from cellbox.sandbox.cgroups import memory_cgroup_root
+from cellbox.sandbox.cgroups import MemoryCgroup, memory_cgroup_root
 from cellbox.sandbox.environment import TaskDirectory
 from cellbox.sandbox.isolation import probe
 from cellbox.sandbox.limits import Limits
@@ -156,6 +156,34 @@ def test_without_a_writable_memory_cgroup_the_resident_limit_is_a_note(monkeypat
     assert outcome.status is Status.OK
     assert "memory-cgroup" not in outcome.isolation
     assert outcome.notes[0].startswith("resident: not applied (no writable memory cgroup here")
+
+
+@pytest.mark.parametrize(
+    ("v2", "stat", "usage_file"),
+    [
+        (
+            False,
+            "cache 900\nrss 7\nshmem 5\ntotal_cache 4000\ntotal_rss 300\ntotal_shmem 200\n",
+            "memory.usage_in_bytes",
+        ),
+        (True, "anon 300\nfile 4000\nshmem 200\nfile_mapped 60\n", "memory.current"),
+    ],
+)
+def test_a_cgroups_held_memory_is_its_anonymous_and_shared_pages_without_the_page_cache(
+    tmp_path: Path, v2: bool, stat: str, usage_file: str
+) -> None:
+    # A cgroup's files as v1 (hierarchical totals) and v2 give them: page cache, which the kernel reclaims at the cap,
+    # does not count as held.
+    (tmp_path / "memory.stat").write_text(stat)
+    cgroup = object.__new__(MemoryCgroup)
+    cgroup.path, cgroup.v2 = tmp_path, v2
+    assert cgroup.held() == 500
+    (tmp_path / usage_file).write_text("4500\n")
+    assert cgroup.held_over(499) == 500
+    assert cgroup.held_over(500) is None  # usage is over, what is held is not
+    (tmp_path / usage_file).write_text("450\n")
+    (tmp_path / "memory.stat").unlink()  # not read: the usage alone shows nothing is over
+    assert cgroup.held_over(450) is None and cgroup.held() == 0
 
 
 def test_cellbox_run_resident_flag(capsys: pytest.CaptureFixture[str]) -> None:

@@ -251,6 +251,7 @@ class CommRecord:
         self.undo_depth = undo_depth
         self.states: list[_State] = []
         self.evicted = False
+        self.short_of_memory = False  # a state was let go to leave the session room in its memory bound
         self.running: dict[str, str] = {}  # opened by the run now going, until it is settled
 
     def current(self) -> dict[str, str]:
@@ -276,6 +277,16 @@ class CommRecord:
         self.evicted = self.evicted or bool(evicted)
         return {}
 
+    def let_go(self, count: int) -> None:
+        """The keeper let the ``count`` oldest states go, the session being short of memory (its ``let_go``).
+
+        No comm goes with them: a comm a state holds is in every later one
+        until it is closed, and a closed comm is gone from all (:meth:`closed`).
+        """
+        if count > 0:
+            del self.states[: min(count, max(0, len(self.states) - 1))]
+            self.evicted = self.short_of_memory = True
+
     def to_undo(self, cells: int) -> tuple[int, int]:
         """``(snapshots, cells)``: the newest states to drop to undo ``cells`` cells (and the widget events after
         them), as many whole cells as are kept; ``(0, 0)`` when no cell's state is."""
@@ -300,7 +311,7 @@ class CommRecord:
     def lost(self) -> dict[str, str]:
         """The session's state was lost (a new session): every comm is gone."""
         gone = self.open_now()
-        self.states, self.running, self.evicted = [], {}, False
+        self.states, self.running, self.evicted, self.short_of_memory = [], {}, False, False
         return gone
 
 

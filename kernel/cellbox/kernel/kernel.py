@@ -99,6 +99,10 @@ DISCARDED = (
     "cellbox: the cell was stopped, so what it changed is not kept: the next cell sees the names as they were before it"
 )
 # Statuses whose cell finished in its own process: its snapshot is the next cell's state.
+# The share of the session's memory bound (session_memory) it may hold before the oldest states kept for %undo are
+# let go at the next run's start: the other half is the next cell's room, as a cell under ipykernel has the memory
+# that no earlier state holds.
+UNDO_MEMORY_SHARE = 0.5
 KEPT_STATUSES = (Status.OK, Status.ERROR, Status.MEMORY_LIMIT, Status.INTERRUPTED)
 # Errors of the child held back until the cell ends, where a limit's error may replace them
 # (MemoryError by CellMemoryLimitError, a KeyboardInterrupt by the kill after the grace); every other
@@ -217,7 +221,8 @@ class CellboxKernel(Kernel):
     undo_depth = Int(
         3,
         help="Earlier cells whose states are kept for %undo beyond the current one (each snapshot holds the memory "
-        "its cell changed; widget events after a cell keep one more, the last one's).",
+        "its cell changed; widget events after a cell keep one more, the last one's). Fewer while the session holds "
+        "more than half its session_memory: the oldest are let go first.",
     ).tag(config=True)
     interrupt_grace = Float(
         INTERRUPT_GRACE,
@@ -600,6 +605,7 @@ class CellboxKernel(Kernel):
         ``source`` is the whole cell as the frontend sent it (with its ``%%limits`` line): a debugged cell runs
         under the name and the line numbers the frontend's breakpoints give it.
         """
+        await self._make_room()
         cell = _Cell(self, limits, silent, allow_stdin, len(self._inputs) - 1 if store_history else None)
         spec_file: _SpecFile | None = None
         try:
@@ -643,6 +649,36 @@ class CellboxKernel(Kernel):
         self._settle(cell, outcome, kind)
         self._comms.settled(kind, cell.kept, cell.parent)
         return self._finish(cell, outcome, body)
+
+    async def _make_room(self) -> None:
+        """Let the oldest states kept for ``%undo`` go while the session holds more than ``UNDO_MEMORY_SHARE`` of its
+        memory bound; the caller holds the session's turn.
+
+        A kept state holds the memory its later cells changed (a redefined array's old copy), which under
+        ipykernel would be free, so a notebook that redefines a large array would otherwise fill the session's
+        cgroup with old copies and be stopped where ipykernel is not.  The current state is never let go, and
+        ``%undo`` then says why it reaches back fewer cells.  Only where the session has a bounded memory cgroup.
+        """
+        server = self._forkserver
+        record = self._comms.record
+        if server is None or not self.carry_state or len(record.states) < 2:
+            return
+        cgroup = server.memory_cgroup
+        if cgroup is None or cgroup.limit is None:
+            return
+        room = int(cgroup.limit * UNDO_MEMORY_SHARE)
+        if cgroup.held_over(room) is None:
+            return
+        count = 0  # first only wait for the snapshots the last settle let go, which may still be exiting
+        while len(record.states) > 1:
+            try:
+                result = await asyncio.to_thread(server.let_go, count)
+            except ForkServerError:
+                return
+            record.let_go(int(result.get("let_go", 0)))
+            if (count and not result.get("let_go")) or cgroup.held_over(room) is None:
+                return
+            count = 1
 
     async def _session_ready(self) -> None:
         """Wait for the session's first readiness (the kernel started it beside its own start); say when it was lost."""
@@ -726,7 +762,14 @@ class CellboxKernel(Kernel):
                 f"Undid {cells}: the names are as they were before {'it' if undone == 1 else 'them'}. "
                 "Files written and output shown stay as they are.\n"
             )
-        if undone < count:
+        if undone < count and self._comms.record.short_of_memory:
+            cgroup = server.memory_cgroup
+            bound = format_size(cgroup.limit) if cgroup is not None and cgroup.limit is not None else "its"
+            text += (
+                f"(Only {cells} could be undone: older states were let go when the session held more than half its "
+                f"{bound} memory bound, to leave the next cell room; CellboxKernel.session_memory sets the bound.)\n"
+            )
+        elif undone < count:
             text += f"(Only {cells} could be undone; CellboxKernel.undo_depth sets how many are kept.)\n"
         text += "".join(line + "\n" for line in shared_memory_line(result.get("shared")))
         self._stream("stdout", text)

@@ -190,6 +190,39 @@ class MemoryCgroup(PidsCgroup):
         counts = dict(zip(words[::2], words[1::2], strict=False))
         return int(counts.get("oom_kill", "0"))
 
+    def held(self) -> int:
+        """Memory the run holds that only freeing it gives back, bytes: anonymous pages and tmpfs, shmem and memfd
+        pages (0 when unknown).
+
+        The page cache the run filled is left out, since the kernel reclaims it at the cap.  v2 sums
+        ``memory.stat``'s ``anon`` and ``shmem``, v1 its hierarchical ``total_rss`` and ``total_shmem``
+        (cgroup-v2.rst "memory.stat", cgroup-v1/memory.rst section 5.2).  ``memory.current`` (v2) or
+        ``memory.usage_in_bytes`` (v1), one number and cheaper, bounds it from above, so :meth:`held_over` reads
+        the stat only when that number is over.
+        """
+        try:
+            words = (self.path / "memory.stat").read_text().split()
+        except OSError:
+            return 0
+        counts = dict(zip(words[::2], words[1::2], strict=False))
+        names = ("anon", "shmem") if self.v2 else ("total_rss", "total_shmem")
+        try:
+            return sum(int(counts.get(name, "0")) for name in names)
+        except ValueError:
+            return 0
+
+    def held_over(self, bytes_: int) -> int | None:
+        """:meth:`held` when it is more than ``bytes_``, else ``None`` (also when it cannot be read)."""
+        name = "memory.current" if self.v2 else "memory.usage_in_bytes"
+        try:
+            usage = int((self.path / name).read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        if usage <= bytes_:
+            return None
+        held = self.held()
+        return held if held > bytes_ else None
+
     def peak(self) -> int:
         """Most resident memory the run's processes held together, bytes (0 when unknown)."""
         name = "memory.peak" if self.v2 else "memory.max_usage_in_bytes"

@@ -34,7 +34,8 @@ Requests on the kernel's socket, one JSON message each (fds beside, as
 SCM_RIGHTS, unix(7)), one reply each: ``run`` (the run's spec and pipes;
 reply: the command's pid; with ``"beside"``, a run forked from the latest
 snapshot that leaves none, which does not take the next cell's spare), ``settle`` (keep or drop the newest snapshot),
-``undo`` (drop the last N kept snapshots), ``stat`` (sizes).
+``undo`` (drop the last N kept snapshots), ``let_go`` (kill the N oldest kept snapshots, the session's memory being
+short), ``stat`` (sizes).
 """
 
 import gc
@@ -73,6 +74,8 @@ KEEPER_NAME = b"cellbox-keeper"
 # Seconds between two looks at a run's CPU time, for a run that keeps soft limits only.
 CPU_CHECK = 0.1
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# Seconds ``let_go`` waits for the snapshot it killed to exit and give its memory back.
+LET_GO_TIMEOUT = 5.0
 
 
 # --------------------------------------------------------------------------- the processes of a run
@@ -347,6 +350,8 @@ class Keeper:
             reply = self.settle(bool(request.get("keep")), request.get("kind"))
         elif op == "undo":
             reply = self.undo(int(request.get("n", 1)))
+        elif op == "let_go":
+            reply = self.let_go(int(request.get("n", 1)))
         elif op == "stat":
             reply = self.stat()
         else:
@@ -948,6 +953,20 @@ class Keeper:
         # Later cells wrote what they liked into the restored state's shared memory: that stays.
         shared = with_segments(current.shared) if undone and current is not None else {"count": 0}
         return {"undone": undone, "depth": len(self.chain.kept), "shared": shared}
+
+    def let_go(self, count):
+        """Kill the ``count`` oldest kept snapshots (:meth:`Chain.let_go`); reply once they and every snapshot killed
+        before (an evicted one, say) have exited, or after ``LET_GO_TIMEOUT`` seconds, so their memory is given back
+        when the kernel reads its cgroup again.  ``count`` 0 only waits."""
+        gone = 0
+        while gone < count and self.chain.let_go() is not None:
+            gone += 1
+        deadline = time.monotonic() + LET_GO_TIMEOUT
+        self.reap()
+        while Snapshot.dying and time.monotonic() < deadline:
+            time.sleep(0.002)
+            self.reap()
+        return {"let_go": gone, "depth": len(self.chain.kept)}
 
     def stat(self):
         size, resident = vm_size()

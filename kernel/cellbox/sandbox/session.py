@@ -533,6 +533,20 @@ class ForkServer:
             pass
         return {}
 
+    def let_go(self, count: int = 1) -> dict[str, Any]:
+        """Kill the ``count`` oldest snapshots kept for :meth:`undo`, never the current state, to give their memory
+        back; ``count`` 0 kills none.
+
+        Returns ``{"let_go": how many, "depth": kept snapshots left}`` once
+        those and every snapshot let go before (by :meth:`settle`, say) have
+        exited, or after the keeper's ``LET_GO_TIMEOUT`` (5 seconds).  ``undo``
+        stops above the base once one was let go.
+
+        Raises:
+            ForkServerError: the session is not ready or did not answer.
+        """
+        return self._request({"op": "let_go", "n": int(count)})
+
     def undo(self, count: int = 1) -> dict[str, Any]:
         """Drop the ``count`` newest kept snapshots: the state goes back to before those cells.
 

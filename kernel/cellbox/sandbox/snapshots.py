@@ -1422,6 +1422,19 @@ class Chain:
         keep_state(kinds, types.SimpleNamespace(kind="cell"), self.undo_depth)
         return len(kinds)
 
+    def let_go(self):
+        """Kill the oldest kept snapshot, never the session's state; the one let go, or ``None`` when none could be.
+
+        The session's memory is short (see :meth:`cellbox.sandbox.ForkServer.let_go`): ``undo`` stops above the
+        base from then on, as when :func:`keep_state` lets one go.
+        """
+        if len(self.kept) < 2:
+            return None
+        oldest = self.kept.pop(0)
+        oldest.kill()
+        self.evicted = True
+        return oldest
+
     def undo(self, count):
         """Drop the newest ``count`` kept snapshots; how many went.
 
