@@ -9,6 +9,7 @@ the next cell: the earlier cell's process is still there, stopped, or gone.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -153,7 +154,9 @@ for _inode, fd in sorted(found):
 
 # Words a cell sends on each SOCK_SEQPACKET socket it holds (its snapshot socket and its spare's) before it
 # ends: one that names no process, one that names the keeper, and ones that are not messages.
-WORDS_FIRST = CELL_ENDS + """
+WORDS_FIRST = (
+    CELL_ENDS
+    + """
 for sent in ends:
     with sent:
         for word in ({"event": "snapshot", "pid": 1}, {"event": "snapshot", "pid": os.getppid()}):
@@ -161,6 +164,7 @@ for sent in ends:
         for word in (b"not json", b"[" * 100_000, b""):
             sent.send(word)
 """
+)
 
 
 @pytest.mark.parametrize(
@@ -227,7 +231,6 @@ def test_a_snapshot_that_names_the_spare_as_its_runs_command_is_dropped(kc: Bloc
         reply = kc.get_shell_msg(timeout=60)
     assert "count" in reply["content"]["matches"]  # answered from the state before (the snapshot was dropped)
     assert ok(kc, "print(count)") == "1\n"  # the session went on; only the forging cell's own state is gone
-
 
 
 # More words on the spare's socket than the keeper reads at once (the cell raises its socket's send buffer).
@@ -490,3 +493,103 @@ def test_cells_are_their_own_snapshots_where_bubblewrap_cannot_start(
         for _ in range(2):  # the first cell (which may have built the shell) and one after it
             assert ok(client, LOOK) == "cellbox-snap T 0 1\n"
             ok(client, "me = os.getpid()")
+
+
+# The end of a cell that becomes its own snapshot, in a fresh process (argv[1] "refused": its sibling fork fails):
+# the word it sends once the spare is forked, the name and CPU limit it stops with, what the spare keeps, and the
+# way back when the fork is refused.  Prints one JSON object.
+OWN_END = r"""
+import json, os, resource, signal, socket, sys
+from cellbox.sandbox import atfork, snapshots
+snapshots.TID_OFFSET = snapshots.find_tid_offset()
+atfork.at_base = atfork.registered
+refuse = sys.argv[1] == "refused"
+keeper_end, snap_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+spare_keeper, spare_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+report_r, report_w = os.pipe()
+inode = os.fstat(snap_end.fileno()).st_ino
+cell = os.fork()
+if cell == 0:
+    keeper_end.close(); spare_keeper.close(); os.close(report_r)
+    # Above the fds the end closes (0 to 2, and the channel's 3 and 4), as a cell's are.
+    fd, spare_fd, report = os.dup2(snap_end.fileno(), 200), os.dup2(spare_end.fileno(), 201), os.dup2(report_w, 202)
+    snap_end.close(); spare_end.close(); os.close(report_w)
+    resource.setrlimit(resource.RLIMIT_CPU, (50, 60))
+    snapshots.set_name(b"cell-command")
+    if refuse:
+        def refused():
+            raise OSError(11, "Resource temporarily unavailable")
+        snapshots.sibling_fork = refused
+    got = snapshots.become_own_snapshot(fd, spare_fd)
+    mine = []
+    for n in os.listdir("/proc/self/fd"):
+        try:
+            mine.append(os.readlink(f"/proc/self/fd/{n}"))
+        except OSError:
+            pass  # the listing's own fd
+    facts = {
+        "got": got[0] if got else None,
+        "parent": os.getppid(),
+        "name": open("/proc/self/comm").read().strip(),
+        "cpu": list(resource.getrlimit(resource.RLIMIT_CPU)),
+        "holds_snapshot_socket": f"socket:[{inode}]" in mine,
+    }
+    os.write(report, (json.dumps(facts) + "\n").encode())
+    os._exit(0)
+os.close(report_w); snap_end.close(); spare_end.close()
+facts = {"me": os.getpid(), "cell": cell}
+reports = os.fdopen(report_r)
+if refuse:
+    facts["cell_report"] = json.loads(reports.readline())
+else:
+    _pid, status = os.waitpid(cell, os.WUNTRACED)
+    facts["stopped"] = os.WIFSTOPPED(status)
+    facts["word"] = json.loads(keeper_end.recv(65536))
+    facts["snapshot_name"] = open(f"/proc/{cell}/comm").read().strip()
+    cpu = next(line for line in open(f"/proc/{cell}/limits") if line.startswith("Max cpu time"))
+    facts["snapshot_cpu"] = cpu.split()[3:5]
+    facts["spare_report"] = json.loads(reports.readline())
+    os.kill(cell, signal.SIGKILL)
+while True:
+    try:
+        os.waitpid(-1, 0)
+    except ChildProcessError:
+        break
+print(json.dumps(facts))
+"""
+
+
+def own_end(way: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", OWN_END, way], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.skipif(not OWN_WAY, reason="no sibling fork (clone with CLONE_PARENT) on this machine")
+def test_an_own_snapshot_names_its_spare_and_stops_as_a_snapshot_and_its_spare_keeps_no_end_of_its_socket() -> None:
+    facts = own_end("forked")
+    assert facts["stopped"]
+    word = facts["word"]
+    spare = word.pop("spare")
+    assert word == {"event": "snapshot", "pid": facts["cell"], "shared": word["shared"]}
+    assert isinstance(spare, int) and spare not in (0, facts["cell"], facts["me"])
+    # The spare is the keeper's child (here, the script's), holds no copy of the snapshot's socket (the snapshot
+    # made its own before the fork), and starts from the snapshot's limits, which its run sets (apply_limits).
+    report = facts["spare_report"]
+    assert report.pop("cpu")[1] == 60
+    assert report == {"got": "spare", "parent": facts["me"], "name": "cellbox-snap", "holds_snapshot_socket": False}
+    # The snapshot counts the cell's CPU time to its hard limit only, under the snapshot's name.
+    assert facts["snapshot_name"] == "cellbox-snap"
+    assert facts["snapshot_cpu"] == ["60", "60"]
+
+
+@pytest.mark.skipif(not OWN_WAY, reason="no sibling fork (clone with CLONE_PARENT) on this machine")
+def test_an_end_whose_sibling_fork_is_refused_takes_the_copys_way_with_its_name_and_cpu_limit_as_they_were() -> None:
+    facts = own_end("refused")
+    assert facts["cell_report"] == {
+        "got": None,
+        "parent": facts["me"],
+        "name": "cell-command",
+        "cpu": [50, 60],
+        "holds_snapshot_socket": True,  # its own end, which make_snapshot names its children on
+    }

@@ -475,15 +475,18 @@ def detached_sysv_segments():
     return found
 
 
-def _as_spare(fd, spare_fd, sequence):
+def _as_spare(fd, spare_fd, sequence, sock=None):
     """In the child just forked as the next run's spare: ``("spare", spare_fd)``, or its end if that fails.
 
     The spare draws the random numbers the snapshot would (``sequence``), and
-    keeps no end of the snapshot's socket ``fd`` (the keeper's and the snapshot's alone).
+    keeps no end of the snapshot's socket ``fd`` (the keeper's and the snapshot's alone), nor ``sock``, the
+    snapshot's copy of it.
     """
     try:
         random.setstate(sequence)
         os.close(fd)
+        if sock is not None:
+            sock.close()
         set_name(SNAPSHOT_NAME)
         return "spare", spare_fd
     except BaseException:  # noqa: BLE001 - a spare that cannot become one ends; the next run forks the snapshot
@@ -756,36 +759,58 @@ def become_own_snapshot(fd, spare_fd):
             pass
     release_streams()
     set_dumpable(False)  # as every snapshot: no later cell may trace it or write its memory
-    spare = None
-    if own_snapshot_problem({fd, spare_fd}) is None:
-        for timer in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
-            signal.setitimer(timer, 0)  # fork(2) does not copy a cell's timers into its snapshot: nor does this
-        names = {"event": "snapshot", "pid": os.getpid(), "spare": None, "shared": shared_mappings()}
-        sequence = random.getstate()
-        try:
-            spare = sibling_fork()
-        except OSError:
-            pass
+    if own_snapshot_problem({fd, spare_fd}) is not None:
+        _launch.raw_sigmask(signal.SIG_SETMASK, blocked)
+        return None
+    for timer in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
+        signal.setitimer(timer, 0)  # fork(2) does not copy a cell's timers into its snapshot: nor does this
+    sequence = random.getstate()
+    # All the snapshot does once the spare is forked is made ready before the fork: from the fork on, every page
+    # this process writes is a copy (copy-on-write, fork(2)), so it only puts the spare's pid in its word, sends
+    # it, lets go of the spare's socket and stops.  Its CPU time goes on counting the cell's: a snapshot keeps no
+    # soft CPU limit of a cell's (fork(2) zeroes the spare's time, and every run sets its own: apply_limits).
+    head, tail = _snapshot_word(os.getpid(), shared_mappings())
+    sock = socket.socket(fileno=os.dup(fd))
+    name = _own_name()
+    set_name(SNAPSHOT_NAME)  # the spare's name too, until it is a run's (become_snapshot's, but before the fork)
+    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
+    try:
+        spare = sibling_fork()
+    except OSError:
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+        set_name(name)
+        sock.close()
+        _launch.raw_sigmask(signal.SIG_SETMASK, blocked)
+        return None
     if spare == 0:
         # It waits on its socket; the keeper stops it before the run's report (a stop of its own
         # could come after the keeper's, and so after the keeper's SIGCONT).
-        return _as_spare(fd, spare_fd, sequence)
+        return _as_spare(fd, spare_fd, sequence, sock)
     # No fork handler ran here (sibling_fork): what the checks found still holds.  A finalizer of the cell's that
     # starts a thread or a child from here on fails the keeper's check of the stop (its state is not kept).
-    if spare is None:
-        _launch.raw_sigmask(signal.SIG_SETMASK, blocked)
-        return None
-    names["spare"] = spare
-    # Its CPU time goes on counting the cell's: a snapshot keeps no soft CPU limit of a cell's (fork(2) zeroes it).
-    _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
-    become_snapshot(spare_fd)
     try:
-        send_json(socket.socket(fileno=os.dup(fd)), names)
+        sock.send(b"%s%d%s" % (head, spare, tail))
     except OSError:
         os._exit(0)  # the keeper is gone: so is the session
+    os.close(spare_fd)  # the next run's request goes to the spare, never through a snapshot (become_snapshot)
     os.kill(os.getpid(), signal.SIGSTOP)
     return "snapshot", fd
+
+
+def _own_name():
+    """This process's name (/proc/self/comm, proc(5)), bytes; ``b""`` when it cannot be read."""
+    try:
+        with open("/proc/self/comm", "rb") as f:
+            return f.read().rstrip(b"\n")
+    except OSError:
+        return b""
+
+
+def _snapshot_word(pid, shared):
+    """The own snapshot's word to the keeper, ``{"event": "snapshot", "pid", "shared", "spare"}`` as JSON, cut
+    where the spare's pid goes, at its end: ``(head, tail)``, bytes."""
+    return json.dumps({"event": "snapshot", "pid": pid, "shared": shared})[:-1].encode() + b', "spare": ', b"}"
 
 
 def release_streams():
