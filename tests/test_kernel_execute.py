@@ -458,6 +458,36 @@ def test_the_kernels_own_stream_waits_for_iopub_only_after_a_write() -> None:
         context.term()
 
 
+def test_the_reply_waits_for_iopub_only_when_its_request_queued_something() -> None:
+    # The barrier is a round trip to IOPub's thread (about 0.5 ms a cell on 2 cores): a request that queued
+    # nothing there (a trivial cell) does not make it; one that queued a message still waits until it went out.
+    context = zmq.Context()
+    pub = context.socket(zmq.PUB)
+    pub.bind_to_random_port("tcp://127.0.0.1")
+    thread = IOPubThread(pub)
+    thread.start()
+    kernel = CellboxKernel.__new__(CellboxKernel)
+    kernel.iopub_thread = thread
+    kernel._count_iopub()
+    trips: list[object] = []
+    schedule = thread.schedule
+    thread.schedule = lambda f: (trips.append(f), schedule(f))[1]  # type: ignore[method-assign]
+    try:
+        since = kernel._iopub_scheduled
+        kernel._iopub_barrier(since=since)
+        assert trips == []
+        sent = []
+        thread.schedule(lambda: (time.sleep(0.2), sent.append("output")))
+        kernel._iopub_barrier(since=since)
+        assert sent == ["output"]  # waited for what was queued before
+        assert len(trips) == 2  # the output, then the barrier's own trip
+        kernel._iopub_barrier()  # without a count to compare with, it always waits
+        assert len(trips) == 3
+    finally:
+        stop_iopub(thread)
+        context.term()
+
+
 def stop_iopub(thread: IOPubThread) -> None:
     """Stop an IOPub thread with its event-pipe task ended inside its loop (stopped from outside, ipykernel
     cancels the task after the loop stopped, and the interpreter's exit prints "Task was destroyed")."""
@@ -482,7 +512,7 @@ def test_every_execute_reply_waits_for_what_its_request_published(code: str, ena
     kernel = CellboxKernel.__new__(CellboxKernel)
     order: list[str] = []
     kernel._forkserver = None
-    kernel._iopub_barrier = lambda timeout=10.0: order.append("barrier")  # type: ignore[method-assign]
+    kernel._iopub_barrier = lambda timeout=10.0, since=None: order.append("barrier")  # type: ignore[method-assign]
 
     def published(name: str, _evalue: str, _traceback: list[str]) -> dict[str, Any]:
         order.append(name)
