@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -200,6 +201,38 @@ def test_an_untraced_process_in_a_group_stop_is_stopped_and_a_running_one_is_not
     finally:
         os.kill(pid, signal.SIGKILL)
         _reap(pid)
+
+
+@pytest.mark.parametrize(
+    ("code", "stopped_problem"),
+    [
+        # Two threads: both must be in the group stop.
+        ("threading.Thread(target=time.sleep, args=(60,)).start(); time.sleep(60)", None),
+        # The leader left alone (pthread_exit): it is a zombie, the other thread runs on, and a SIGSTOP still
+        # stops that one; read from the process's own status alone, the zombie leader would look stopped.
+        (
+            "threading.Thread(target=time.sleep, args=(60,)).start(); ctypes.CDLL(None).pthread_exit(None)",
+            None,
+        ),
+    ],
+    ids=["two-threads", "leader-exited"],
+)
+def test_every_thread_of_a_process_is_looked_at_before_it_counts_as_stopped(
+    code: str, stopped_problem: str | None
+) -> None:
+    child = subprocess.Popen([sys.executable, "-c", f"import ctypes, threading, time; {code}"])
+    try:
+        deadline = time.monotonic() + 10
+        while len(os.listdir(f"/proc/{child.pid}/task")) < 2 or _state(child.pid) not in ("S", "Z"):
+            assert time.monotonic() < deadline, "the child never had its second thread"
+            time.sleep(0.01)
+        time.sleep(0.1)  # both threads asleep
+        assert stop_problem(child.pid) == "it did not stop (state S)"
+        assert stop_process(child.pid) == stopped_problem
+        assert stop_problem(child.pid) is None
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_without_a_filter_a_root_run_leaves_no_set_user_id_file(

@@ -660,11 +660,11 @@ def own_snapshot_problem(session_fds):
         # Its own fork handlers ran in a command that ended and in a snapshot that is a child: so they still do.
         return "fork handlers"
     try:
-        with open("/proc/self/status") as f:
-            fields = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
-        if fields.get("Threads", "").strip() != "1":
+        with open("/proc/self/status", "rb") as f:
+            status = f.read()
+        if _status_field(status, b"Threads") != b"1":
             return "threads"
-        if fields.get("TracerPid", "").strip() != "0":
+        if _status_field(status, b"TracerPid") != b"0":
             return "traced"
         with open(f"/proc/self/task/{os.getpid()}/children") as f:
             if f.read().split():
@@ -1184,21 +1184,48 @@ def stop_problem(pid):
     (:meth:`cellbox.sandbox.keeper.Keeper.check_held`).
     """
     try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            status = f.read()
+    except OSError:
+        return None
+    # One thread, alive: the process's own status is its thread's (most snapshots and spares: one read, not two).
+    if _status_field(status, b"Threads") == b"1" and _status_field(status, b"State")[:1] != b"Z":
+        return _thread_stop_problem(status)
+    try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return None
     for tid in tids:
         try:
-            with open(f"/proc/{pid}/task/{tid}/status") as f:
-                fields = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+            with open(f"/proc/{pid}/task/{tid}/status", "rb") as f:
+                problem = _thread_stop_problem(f.read())
         except OSError:
             continue  # a thread that ended meanwhile
-        state = fields.get("State", "?").strip()[:1]
-        tracer = fields.get("TracerPid", "0").strip()
-        if tracer not in ("", "0"):
-            return f"it was traced (by pid {tracer})"
-        if state not in ("T", "Z", "X"):
-            return f"it did not stop (state {state})"
+        if problem is not None:
+            return problem
+    return None
+
+
+def _status_field(status, name):
+    """The value of field ``name`` (bytes) of a /proc/PID/status text ``status`` (bytes), or ``b""``.
+
+    Looked for after the first line, ``Name:``, which holds the process's name (set by the process itself).
+    """
+    start = status.find(b"\n%s:" % name, status.find(b"\n"))
+    if start < 0:
+        return b""
+    end = status.find(b"\n", start + 1)
+    return status[start + len(name) + 2 : end if end >= 0 else len(status)].strip()
+
+
+def _thread_stop_problem(status):
+    """Why the thread whose /proc status text (bytes) is ``status`` is not in a group stop, or ``None``."""
+    tracer = _status_field(status, b"TracerPid").decode(errors="replace")
+    if tracer not in ("", "0"):
+        return f"it was traced (by pid {tracer})"
+    state = _status_field(status, b"State")[:1].decode(errors="replace") or "?"
+    if state not in ("T", "Z", "X"):
+        return f"it did not stop (state {state})"
     return None
 
 
