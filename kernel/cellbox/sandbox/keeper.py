@@ -262,6 +262,12 @@ class Keeper:
         self.spare = None
         self.making = None  # (snapshot, socket, deadline) while a spare is being forked
         self.spare_note = None  # why the last spare could not be made, for the next run's notes
+        # Whether every held process passed check_held and none of the session's processes has run since: the
+        # next run then need not look again (its spare is looked at as it is continued: continue_process).
+        self.held_checked = False
+        # (the chain's pids, their tasks) as set_processes last counted them, and the pids.max it last wrote.
+        self.counted = (None, 0)
+        self.pids_max = None
 
     # ---------------------------------------------------------------- start
 
@@ -378,7 +384,9 @@ class Keeper:
             return {"error": "the session is busy with another run" if self.run else "the base snapshot is gone"}
         if self.chain.pending is not None:
             self.settle(False)  # never settled: the kernel moved on without it
-        self.check_held()
+        if not self.held_checked:
+            self.check_held()
+        self.held_checked = False  # the run's processes run from here on
         earlier, self.spare_note = self.spare_note, None
         # A run beside the state (completion, inspection) leaves the spare to the next cell.
         spare = None if request.get("beside") else self.take_spare(request)
@@ -473,6 +481,7 @@ class Keeper:
             # is forked from it in its own time.
             return
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.held_checked = False  # the base runs to fork it
         try:
             source.ask_fork({"op": "spare", "handoff": ["spare"]}, [theirs.fileno()])
         except OSError as exc:
@@ -585,13 +594,16 @@ class Keeper:
     def check_held(self):
         """Kill every snapshot, and the spare, that is not in a real group stop (:func:`stop_problem`); say so.
 
-        Called after every run and before the next: where no syscall filter
-        refuses ptrace(2), a run's process may have traced a snapshot (so that
-        the keeper's SIGSTOP became a ptrace stop) and resumed it with
-        PTRACE_CONT, which makes no ``continued`` report for
-        :meth:`check_stopped`.  The run's end detached it, stopped or running.
-        Killing one may free another it traced, so it looks again until
-        everything it holds is stopped and untraced.
+        Called after every run, once its processes are gone, and before the
+        next run when a process of the session ran since (the base, forking a
+        spare: :attr:`held_checked`): where no syscall filter refuses ptrace(2),
+        a run's process may have traced a snapshot (so that the keeper's SIGSTOP
+        became a ptrace stop) and resumed it with PTRACE_CONT, which makes no
+        ``continued`` report for :meth:`check_stopped`.  The run's end detached
+        it, stopped or running.  Between runs no process of the session runs
+        (:meth:`kill_strays`), so what the end of a run found still holds at the
+        next one's start.  Killing one may free another it traced, so it looks
+        again until everything it holds is stopped and untraced.
         """
         while True:
             found = False
@@ -613,6 +625,7 @@ class Keeper:
                     self.discard_spare()
                     self.spare_note = f"session: the spare was killed: {problem}"
             if not found:
+                self.held_checked = True
                 return
             self.reap()
 
@@ -682,23 +695,32 @@ class Keeper:
         /proc/PID/stat), not read from ``pids.current``, which still counts the
         last run's unreaped zombies.  Between runs the session has no other
         processes (:meth:`kill_strays`); one it had would only lower the limit.
-        The spare, which becomes the run's command, is the run's.
+        The spare, which becomes the run's command, is the run's.  The tasks
+        are counted again only when the chain's processes changed (a stopped
+        process starts no thread), and the file is written only when the
+        limit changed: most cells keep the same chain and the same limits.
         """
         cgroup = self.config.get("cgroup")
         if not cgroup:
             return
-        tasks = 0
-        for pid in [os.getpid(), *self.chain.pids()]:
-            state = process_state(pid)
-            tasks += state[2] if state is not None else 0
+        pids = (os.getpid(), *sorted(self.chain.pids()))
+        if self.counted[0] != pids:
+            tasks = 0
+            for pid in pids:
+                state = process_state(pid)
+                tasks += state[2] if state is not None else 0
+            self.counted = (pids, tasks)
         try:
-            with open(os.path.join(cgroup, "pids.max"), "w") as f:
-                # The limit counts the command itself. The snapshot and the spare it forks when its
-                # cell has finished come out of the run's own processes (a spare that does not fit is
-                # not made; a snapshot that does not fit is a state lost, as any fork refused).
-                f.write(str(tasks + 1 + int(request["limits"]["processes"])))
+            # The limit counts the command itself. The snapshot and the spare it forks when its
+            # cell has finished come out of the run's own processes (a spare that does not fit is
+            # not made; a snapshot that does not fit is a state lost, as any fork refused).
+            limit = self.counted[1] + 1 + int(request["limits"]["processes"])
+            if limit != self.pids_max:
+                with open(os.path.join(cgroup, "pids.max"), "w") as f:
+                    f.write(str(limit))
+                self.pids_max = limit
         except (OSError, ValueError):
-            pass
+            self.pids_max = None
 
     def pids_refusals(self):
         """How many forks the session's pids cgroup has refused so far (``max`` in ``pids.events``), or ``None``."""
