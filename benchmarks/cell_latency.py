@@ -20,6 +20,13 @@ busy moment hits all three alike:
 Prints medians in milliseconds and ratios against ipykernel.  Run it with::
 
     .venv/bin/python benchmarks/cell_latency.py [--cells 40] [--big 5] [--starts 5] [--memory-cells 1000]
+
+``--against NAME`` adds a column: the kernel spec ``NAME``, started with cellbox's
+arguments, interleaved with the rest.  Point it at another checkout's cellbox
+(a kernel spec whose ``argv[0]`` is that checkout's virtualenv Python, see
+docs/speed.md) to compare two commits in one run: their difference is then not
+the machine's drift between two runs, which on a shared 2-core machine is as
+large as most changes.
 """
 
 from __future__ import annotations
@@ -47,12 +54,14 @@ GIB_ARRAY = "import numpy as np\nbig = np.ones(2**30 // 8)"
 # again, and each state kept for %undo holds its own: the session's memory bound (4G by default, a memory cgroup)
 # is lifted, as ipykernel has none.
 ROOMY = ["--CellboxKernel.memory=4G", "--CellboxKernel.session_memory=none"]
+# The kernel specs that are cellbox's, and take those arguments.
+ROOMY_SPECS = {"cellbox"}
 
 
 def started(which: str, cwd: str) -> tuple[KernelManager, BlockingKernelClient]:
     name, extra = KERNELS[which]
     km = KernelManager(kernel_name=name)
-    km.start_kernel(cwd=cwd, extra_arguments=[*extra, *(ROOMY if name == "cellbox" else [])])
+    km.start_kernel(cwd=cwd, extra_arguments=[*extra, *(ROOMY if name in ROOMY_SPECS else [])])
     kc = km.client()
     kc.start_channels()
     kc.wait_for_ready(timeout=60)
@@ -139,7 +148,13 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=5, help="cells defining 1 GiB per kernel (default 5)")
     parser.add_argument("--starts", type=int, default=5, help="kernel starts per kernel (default 5)")
     parser.add_argument("--memory-cells", type=int, default=1000, help="cells for the kernel memory check (0: skip)")
+    parser.add_argument(
+        "--against", metavar="NAME", help="another cellbox kernel spec (another checkout's) to measure beside"
+    )
     args = parser.parse_args()
+    if args.against:
+        KERNELS[args.against] = (args.against, [])
+        ROOMY_SPECS.add(args.against)
     print(
         f"python {platform.python_version()} on {platform.machine()} ({cpu_model()}), {os.cpu_count()} CPUs, "
         f"load {os.getloadavg()[0]:.1f}, {sys.executable}"
