@@ -12,6 +12,12 @@ busy moment hits all three alike:
 * **trivial cell**: the ``execute_request`` to ``execute_reply`` round trip of
   ``pass`` on a kernel with an empty namespace, median over many cells;
 * **trivial, 1 GiB**: the same on kernels that hold a 1 GiB numpy array;
+* **run all**: ``--block`` ``pass`` cells sent back to back to one kernel
+  (empty namespace), as a notebook's Run All sends them, per cell; the
+  kernels take turns by block.  ipykernel's cells are faster back to back
+  than one at a time between other kernels' (its process stays warm), each
+  of cellbox's is a fresh process either way: this is the ratio a Run All of
+  short cells sees;
 * **define 1 GiB**: a cell that makes a new 1 GiB array (``np.ones``);
 * **memory**: the cellbox kernel process's resident memory after 1, 100 and
   ``--memory-cells`` cells, and the PSS of all of a session's processes
@@ -71,6 +77,14 @@ def started(which: str, cwd: str) -> tuple[KernelManager, BlockingKernelClient]:
 def stop(km: KernelManager, kc: BlockingKernelClient) -> None:
     kc.stop_channels()
     km.shutdown_kernel(now=False)
+
+
+def run_all(kc: BlockingKernelClient, count: int) -> float:
+    """Seconds per cell of ``count`` ``pass`` cells sent back to back, each as soon as the last one's reply came."""
+    begin = time.perf_counter()
+    for _ in range(count):
+        execute(kc, "pass")
+    return (time.perf_counter() - begin) / count
 
 
 def fresh(which: str, cwd: str, numpy: dict[str, list[float]]) -> float:
@@ -148,6 +162,7 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=5, help="cells defining 1 GiB per kernel (default 5)")
     parser.add_argument("--starts", type=int, default=5, help="kernel starts per kernel (default 5)")
     parser.add_argument("--memory-cells", type=int, default=1000, help="cells for the kernel memory check (0: skip)")
+    parser.add_argument("--block", type=int, default=20, help="back-to-back cells per block for run all (default 20)")
     parser.add_argument(
         "--against", metavar="NAME", help="another cellbox kernel spec (another checkout's) to measure beside"
     )
@@ -171,6 +186,8 @@ def main() -> None:
                 execute(kc, "pass")
             cells = {k: (lambda kc=kc: execute(kc, "pass")) for k, (_, kc) in kernels.items()}
             report("trivial cell", interleaved(cells, args.cells))
+            blocks = {k: (lambda kc=kc: run_all(kc, args.block)) for k, (_, kc) in kernels.items()}
+            report("run all", interleaved(blocks, max(1, args.cells // args.block)))
             defining = {k: (lambda kc=kc: execute(kc, GIB_ARRAY)) for k, (_, kc) in kernels.items()}
             report("define 1 GiB", interleaved(defining, args.big))
             report("trivial, 1 GiB", interleaved(cells, args.cells))
