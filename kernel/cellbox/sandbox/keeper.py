@@ -265,8 +265,9 @@ class Keeper:
         # Whether every held process passed check_held and none of the session's processes has run since: the
         # next run then need not look again (its spare is looked at as it is continued: continue_process).
         self.held_checked = False
-        # (the chain's pids, their tasks) as set_processes last counted them, and the pids.max it last wrote.
-        self.counted = (None, 0)
+        # The tasks (threads) of the keeper and of each snapshot as set_processes counted them, by pid, and the
+        # pids.max it last wrote.
+        self.tasks_of = {}
         self.pids_max = None
 
     # ---------------------------------------------------------------- start
@@ -695,26 +696,26 @@ class Keeper:
         /proc/PID/stat), not read from ``pids.current``, which still counts the
         last run's unreaped zombies.  Between runs the session has no other
         processes (:meth:`kill_strays`); one it had would only lower the limit.
-        The spare, which becomes the run's command, is the run's.  The tasks
-        are counted again only when the chain's processes changed (a stopped
-        process starts no thread), and the file is written only when the
-        limit changed: most cells keep the same chain and the same limits.
+        The spare, which becomes the run's command, is the run's.  A process's
+        tasks are counted once, when it first is in the chain (a stopped
+        process starts no thread; a cell adds one snapshot and lets one go),
+        and the file is written only when the limit changed.
         """
         cgroup = self.config.get("cgroup")
         if not cgroup:
             return
-        pids = (os.getpid(), *sorted(self.chain.pids()))
-        if self.counted[0] != pids:
-            tasks = 0
-            for pid in pids:
+        counts = {}
+        for pid in [os.getpid(), *self.chain.pids()]:
+            counts[pid] = self.tasks_of.get(pid)
+            if counts[pid] is None:
                 state = process_state(pid)
-                tasks += state[2] if state is not None else 0
-            self.counted = (pids, tasks)
+                counts[pid] = state[2] if state is not None else 0
+        self.tasks_of = counts
         try:
             # The limit counts the command itself. The snapshot and the spare it forks when its
             # cell has finished come out of the run's own processes (a spare that does not fit is
             # not made; a snapshot that does not fit is a state lost, as any fork refused).
-            limit = self.counted[1] + 1 + int(request["limits"]["processes"])
+            limit = sum(counts.values()) + 1 + int(request["limits"]["processes"])
             if limit != self.pids_max:
                 with open(os.path.join(cgroup, "pids.max"), "w") as f:
                     f.write(str(limit))
