@@ -60,14 +60,12 @@ GIB_ARRAY = "import numpy as np\nbig = np.ones(2**30 // 8)"
 # again, and each state kept for %undo holds its own: the session's memory bound (4G by default, a memory cgroup)
 # is lifted, as ipykernel has none.
 ROOMY = ["--CellboxKernel.memory=4G", "--CellboxKernel.session_memory=none"]
-# The kernel specs that are cellbox's, and take those arguments.
-ROOMY_SPECS = {"cellbox"}
 
 
 def started(which: str, cwd: str) -> tuple[KernelManager, BlockingKernelClient]:
     name, extra = KERNELS[which]
     km = KernelManager(kernel_name=name)
-    km.start_kernel(cwd=cwd, extra_arguments=[*extra, *(ROOMY if name in ROOMY_SPECS else [])])
+    km.start_kernel(cwd=cwd, extra_arguments=[*extra, *(ROOMY if which != "ipykernel" else [])])
     kc = km.client()
     kc.start_channels()
     kc.wait_for_ready(timeout=60)
@@ -169,7 +167,6 @@ def main() -> None:
     args = parser.parse_args()
     if args.against:
         KERNELS[args.against] = (args.against, [])
-        ROOMY_SPECS.add(args.against)
     print(
         f"python {platform.python_version()} on {platform.machine()} ({cpu_model()}), {os.cpu_count()} CPUs, "
         f"load {os.getloadavg()[0]:.1f}, {sys.executable}"
