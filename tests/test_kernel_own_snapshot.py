@@ -199,10 +199,11 @@ def _name_the_spare():
             continue
         try:
             with open(f"/proc/{name}/stat", "rb") as f:
-                head, _, tail = f.read().rpartition(b")")
+                tail = f.read().rpartition(b")")[2]
         except OSError:
             continue
-        if head.endswith(b"(cellbox-snap") and int(tail.split()[1]) == _keeper:
+        # Any later child of the keeper's: the spare's name is not yet its own when the keeper stopped it first.
+        if int(tail.split()[1]) == _keeper:
             spares.append(int(name))
     for name in os.listdir("/proc/self/fd"):
         try:
