@@ -370,6 +370,24 @@ def test_settings_in_the_kernel_arguments_set_the_session_limits(tmp_path: Path)
         assert (limits["wall_time"], limits["memory"], limits["output"]) == (12.0, 768 * 2**20, 64 * 2**10)
 
 
+def test_the_session_limits_and_the_ceiling_follow_a_setting_changed_after_they_were_made() -> None:
+    # Both are made once and kept while the settings stay the same (every cell asks for them).
+    from types import SimpleNamespace
+
+    from cellbox.kernel.kernel import CellboxKernel
+
+    traits = CellboxKernel.class_traits(config=True)
+    kernel = SimpleNamespace(**{name: trait.default_value for name, trait in traits.items()})
+    session = CellboxKernel.session_limits.fget  # type: ignore[attr-defined]
+    ceiling = CellboxKernel.ceiling_limits.fget  # type: ignore[attr-defined]
+    kernel.session_limits = session(kernel)
+    assert (kernel.session_limits.memory, ceiling(kernel).wall_time) == (2 * 2**30, 3600.0)
+    assert session(kernel) is kernel.session_limits
+    kernel.memory, kernel.ceiling = "768M", "wall=90"
+    kernel.session_limits = session(kernel)
+    assert (kernel.session_limits.memory, ceiling(kernel).wall_time) == (768 * 2**20, 90.0)
+
+
 def test_a_module_removed_from_disk_stays_imported_as_in_a_long_lived_kernel(
     shared: tuple[KernelManager, BlockingKernelClient, Path],
 ) -> None:

@@ -225,7 +225,8 @@ class Limits:
 
     def as_dict(self) -> dict[str, Any]:
         """The limits as a JSON-ready dict with the design's field names."""
-        return dataclasses.asdict(self)
+        # Every field is a number, a string or None: dataclasses.asdict would copy each value again.
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
 
     def updated(self, values: Mapping[str, Any], *, source: str | None = None) -> Limits:
         """Return a copy with fields parsed from text, as typed by a user.

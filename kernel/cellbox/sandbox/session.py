@@ -227,6 +227,12 @@ class _Server:
             self.thread.join(CLOSE_TIMEOUT)
 
 
+def _is_this_python(program: str) -> bool:
+    """Whether ``program`` is this interpreter: ``sys.executable`` itself (as the kernel names it for every cell,
+    with no lookup), or a path that resolves to the same file."""
+    return program == sys.executable or os.path.realpath(program) == os.path.realpath(sys.executable)
+
+
 def _session_config(setup: _Setup) -> tuple[tuple[str, ...], dict[str, Any]]:
     """The layers the session gets, and the keeper's configuration (its Landlock rules for the snapshots)."""
     support = probe()
@@ -563,7 +569,7 @@ class ForkServer:
         """Why a run must be spawned instead (``""`` when it need not be said), or ``None`` to fork it."""
         if self.closed:
             return "the fork server is closed"
-        if len(argv) < 3 or argv[1] != "-m" or os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
+        if len(argv) < 3 or argv[1] != "-m" or not _is_this_python(argv[0]):
             return ""  # not a Python module entry point: spawned, as asked
         with self._lock:
             if self._server is None and self.broken is None:
