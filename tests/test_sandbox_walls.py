@@ -235,6 +235,66 @@ def test_every_thread_of_a_process_is_looked_at_before_it_counts_as_stopped(
         child.wait()
 
 
+def test_a_held_process_is_alone_only_with_one_thread_and_no_child() -> None:
+    # What the keeper asks of a cell's process before it keeps it as its own snapshot (alone_problem), from the
+    # status text read once for the stop check and the peak too.
+    from cellbox.sandbox.keeper import alone_problem, own_usage
+    from cellbox.sandbox.snapshots import read_proc
+
+    programs = {
+        "two threads": "threading.Thread(target=time.sleep, args=(60,)).start(); time.sleep(60)",
+        "a child": "subprocess.Popen(['sleep', '60']); time.sleep(60)",
+        "alone": "big = bytearray(64 << 20); time.sleep(60)",
+    }
+    children = {
+        name: subprocess.Popen(
+            [sys.executable, "-c", f"import subprocess, threading, time; {code}"], start_new_session=True
+        )
+        for name, code in programs.items()
+    }
+    try:
+        time.sleep(1.0)  # each has its thread, its child or its memory
+        found = {}
+        for name, child in children.items():
+            assert stop_process(child.pid) is None
+            status = read_proc(f"/proc/{child.pid}/status")
+            found[name] = alone_problem(child.pid, status)
+            if name == "alone":
+                peak = int(status.split(b"VmHWM:")[1].split()[0])
+                assert own_usage(child.pid, status)[1] == peak > 64 << 10  # KiB, the bytearray's 64 MiB in it
+        assert found == {"two threads": "it had 2 threads", "a child": "it had children", "alone": None}
+        assert alone_problem(children["alone"].pid, None) == "it is gone"
+    finally:
+        for child in children.values():
+            os.killpg(child.pid, signal.SIGKILL)  # its sleep too
+            child.wait()
+
+
+def test_a_process_below_a_spared_one_is_found_and_the_spared_one_is_not() -> None:
+    # A run's process below a held snapshot (an at-fork handler's child) is the run's, and is killed with it.
+    from cellbox.sandbox.keeper import subtree
+
+    held = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; p = subprocess.Popen(['sleep', '60']); "
+            "print(p.pid, flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert held.stdout is not None
+        below = int(held.stdout.readline())
+        assert set(subtree(os.getpid())) >= {held.pid, below}
+        found = subtree(os.getpid(), {held.pid})
+        assert below in found and held.pid not in found
+    finally:
+        os.kill(below, signal.SIGKILL)
+        held.kill()
+        held.wait()
+
+
 def test_without_a_filter_a_root_run_leaves_no_set_user_id_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -60,17 +60,20 @@ from .snapshots import (
     preload,
     process_state,
     queued_words,
+    read_proc,
     receive,
     send_json,
     set_dumpable,
     set_name,
     start_base,
+    status_field,
     stop_problem,
     stop_process,
     vm_size,
 )
 
 KEEPER_NAME = b"cellbox-keeper"
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 # Seconds between two looks at a run's CPU time, for a run that keeps soft limits only.
 CPU_CHECK = 0.1
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -81,11 +84,13 @@ LET_GO_TIMEOUT = 5.0
 # --------------------------------------------------------------------------- the processes of a run
 
 
-def subtree(root):
-    """Live descendants of ``root``, from /proc/PID/task/TID/children (proc(5)).
+def subtree(root, spared=frozenset()):
+    """Live descendants of ``root`` but those in ``spared`` (whose own descendants count), from
+    /proc/PID/task/TID/children (proc(5)).
 
     Reads only the subtree, not all of /proc; falls back to the launcher's scan
-    of /proc where the kernel has no ``children`` files.
+    of /proc where the kernel has no ``children`` files.  A spared process's
+    state is not read (only a live one is returned, and it never is).
     """
     found, todo = [], [root]
     while todo:
@@ -96,18 +101,18 @@ def subtree(root):
             continue
         for tid in tasks:
             try:
-                with open(f"/proc/{pid}/task/{tid}/children") as f:
-                    children = [int(child) for child in f.read().split()]
+                children = [int(child) for child in read_proc(f"/proc/{pid}/task/{tid}/children").split()]
             except FileNotFoundError:
                 if pid == root and tid == tasks[0]:
-                    return _launch.descendants(root)
+                    return [pid for pid in _launch.descendants(root) if pid not in spared]
                 continue
             except (OSError, ValueError):
                 continue
             for child in children:
-                state = process_state(child)
-                if state is not None and state[0] != "Z":
-                    found.append(child)
+                if child not in spared:
+                    state = process_state(child)
+                    if state is not None and state[0] != "Z":
+                        found.append(child)
                 todo.append(child)
     return found
 
@@ -125,8 +130,7 @@ def cpu_seconds(pid):
 def resident_of(pid):
     """Resident bytes of ``pid`` (/proc/PID/statm, cheap), 0 when unreadable."""
     try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        return int(read_proc(f"/proc/{pid}/statm").split()[1]) * PAGE_SIZE
     except (OSError, ValueError, IndexError, TypeError):
         return 0
 
@@ -637,7 +641,7 @@ class Keeper:
     def kill_strays(self):
         """SIGKILL every process of the session that is neither a snapshot nor the spare, until none is left."""
         while True:
-            pids = [pid for pid in subtree(os.getpid()) if pid not in self.spared()]
+            pids = subtree(os.getpid(), self.spared())
             if not pids:
                 return
             _launch.kill_processes(None, pids)
@@ -686,7 +690,7 @@ class Keeper:
             self.discard_spare()
         self.chain.remove(snapshot)
         spared = self.spared()
-        _launch.kill_processes(None, [pid for pid in subtree(os.getpid()) if pid not in spared])
+        _launch.kill_processes(None, subtree(os.getpid(), spared))
         self.reap()
 
     def set_processes(self, request):
@@ -729,12 +733,11 @@ class Keeper:
         if not cgroup:
             return None
         try:
-            with open(os.path.join(cgroup, "pids.events")) as f:
-                words = f.read().split()
+            words = read_proc(os.path.join(cgroup, "pids.events")).split()
         except OSError:
             return None
         counts = dict(zip(words[::2], words[1::2], strict=False))
-        return int(counts.get("max", "0"))
+        return int(counts.get(b"max", b"0"))
 
     def enforce_cpu(self):
         """SIGKILL each process of the run whose CPU time reached the run's hard limit (soft + 1 s, setrlimit(2)).
@@ -746,7 +749,7 @@ class Keeper:
             return
         run.next_cpu_check = now + CPU_CHECK
         spared = self.spared()
-        spent = [pid for pid in subtree(os.getpid()) if pid not in spared and cpu_seconds(pid) >= run.cpu_hard]
+        spent = [pid for pid in subtree(os.getpid(), spared) if cpu_seconds(pid) >= run.cpu_hard]
         _launch.kill_processes(None, spent)
 
     def on_control(self):
@@ -794,7 +797,7 @@ class Keeper:
             spared = self.spared()
             # Below a snapshot too: whatever cell code a snapshot ran (an at-fork handler's
             # child) is the run's, and dies with it.
-            pids = [pid for pid in subtree(os.getpid()) if pid not in spared]
+            pids = subtree(os.getpid(), spared)
             run.killed.update(pid for pid in pids if pid != run.pid and pid not in Snapshot.dying)
             _launch.kill_processes(run.pid if run.status is None else None, pids)
             self.reap()
@@ -904,9 +907,13 @@ class Keeper:
         run.hello = own[0] if own else words[-1]
         if not own:
             return  # a stop of the cell's; its last word may be the old way's, kept for when it ends (take_snapshot)
-        run.own_usage = own_usage(run.pid)
+        try:
+            status = read_proc(f"/proc/{run.pid}/status")  # one read for the three looks below
+        except OSError:
+            status = None
+        run.own_usage = own_usage(run.pid, status)
         run.status = 0
-        problem = stop_problem(run.pid) or alone_problem(run.pid)
+        problem = stop_problem(run.pid, status) or alone_problem(run.pid, status)
         if problem is not None:
             run.refused = True
             run.snapshot_error = f"its snapshot was killed: {problem}"
@@ -1007,39 +1014,37 @@ def names_itself(word, pid):
     return isinstance(word, dict) and word.get("event") == "snapshot" and word.get("pid") == pid
 
 
-def own_usage(pid):
+def own_usage(pid, status):
     """``(CPU seconds, peak resident KiB)`` of a stopped child ``pid``, from /proc (proc(5)), as wait4(2) gives them.
 
     CPU from ``schedstat`` (nanoseconds on the CPU), else ``stat``'s ticks;
-    the peak is ``VmHWM`` of ``status``.  Zeros where unreadable.
+    the peak is ``VmHWM`` of ``status``, its /proc/PID/status (bytes, ``None``
+    when unreadable).  Zeros where unreadable.
     """
     try:
-        with open(f"/proc/{pid}/schedstat") as f:
-            cpu = int(f.read().split()[0]) / 1e9
+        cpu = int(read_proc(f"/proc/{pid}/schedstat").split()[0]) / 1e9
     except (OSError, ValueError, IndexError):
         cpu = cpu_seconds(pid)
-    peak = 0
     try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    peak = int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
+        peak = int(status_field(status, b"VmHWM").split()[0]) if status is not None else 0
+    except (ValueError, IndexError):
+        peak = 0
     return cpu, peak
 
 
-def alone_problem(pid):
-    """Why stopped ``pid`` is not one task without children (a snapshot must be), or ``None``."""
-    state = process_state(pid)
-    if state is None:
+def alone_problem(pid, status):
+    """Why stopped ``pid`` is not one task without children (a snapshot must be), or ``None``.
+
+    ``status`` is its /proc/PID/status (bytes), ``None`` when it could not be read.
+    """
+    if status is None:
         return "it is gone"
-    if state[2] != 1:
-        return f"it had {state[2]} threads"
+    threads = status_field(status, b"Threads").decode("ascii", "replace").strip()
+    if threads != "1":
+        return f"it had {threads or 'an unknown number of'} threads"
     try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            if f.read().split():
-                return "it had children"
+        if read_proc(f"/proc/{pid}/task/{pid}/children").split():
+            return "it had children"
     except OSError:
         return "its children could not be read"
     return None
