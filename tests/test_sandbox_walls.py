@@ -270,6 +270,16 @@ def test_a_held_process_is_alone_only_with_one_thread_and_no_child() -> None:
             child.wait()
 
 
+def test_a_proc_read_longer_than_one_read_is_read_whole(tmp_path: Path) -> None:
+    # A children file of a process with thousands of children is longer than one read: every pid must be there.
+    from cellbox.sandbox.snapshots import PROC_READ, read_proc
+
+    listing = tmp_path / "children"
+    listing.write_bytes(b" ".join(b"%d" % pid for pid in range(100000, 100000 + PROC_READ // 3)) + b" ")
+    assert read_proc(str(listing)) == listing.read_bytes()
+    assert len(listing.read_bytes()) > 2 * PROC_READ
+
+
 def test_a_process_below_a_spared_one_is_found_and_the_spared_one_is_not() -> None:
     # A run's process below a held snapshot (an at-fork handler's child) is the run's, and is killed with it.
     from cellbox.sandbox.keeper import subtree
