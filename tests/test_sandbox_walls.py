@@ -252,8 +252,17 @@ def test_a_held_process_is_alone_only_with_one_thread_and_no_child() -> None:
         )
         for name, code in programs.items()
     }
+    ready = {
+        "two threads": lambda status, pid: b"\nThreads:\t2\n" in status,
+        "a child": lambda status, pid: bool(read_proc(f"/proc/{pid}/task/{pid}/children").split()),
+        "alone": lambda status, pid: int(status.split(b"VmHWM:")[1].split()[0]) > 64 << 10,
+    }
     try:
-        time.sleep(1.0)  # each has its thread, its child or its memory
+        deadline = time.monotonic() + 30
+        for name, child in children.items():  # each has its thread, its child or its memory
+            while not ready[name](read_proc(f"/proc/{child.pid}/status"), child.pid):
+                assert time.monotonic() < deadline, f"{name}: the program never got there"
+                time.sleep(0.01)
         found = {}
         for name, child in children.items():
             assert stop_process(child.pid) is None
